@@ -1,0 +1,94 @@
+"""Text -> vector encoders for entity descriptions: BERT [CLS], bag of words (BE-BOW), CNN (DKRL).
+
+All three read the same word-piece ids (padding id 0) and end in a linear map to `dim`, so an
+objective can swap them with one config value. The bag-of-words and CNN encoders start from BERT's
+input word-piece embeddings, as in the BLP paper's baselines.
+"""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from docent_jax.models import bert
+
+
+def _projection(dim: int, dtype: jnp.dtype, name: str = "projection") -> nn.Dense:
+  return nn.Dense(dim, dtype=dtype, name=name,
+                  kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(), ("embed", "features")),
+                  bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("features",)))
+
+
+def _word_embeddings(config: bert.BertConfig, dtype: jnp.dtype) -> nn.Embed:
+  return nn.Embed(config.vocab_size, config.hidden_size, dtype=dtype, name="word_embeddings",
+                  embedding_init=nn.with_logical_partitioning(
+                      nn.initializers.normal(config.initializer_range), ("vocab", "embed")))
+
+
+class BertEncoder(nn.Module):
+  """BLP's encoder: the [CLS] output of BERT, linearly mapped to `dim`."""
+  config: bert.BertConfig
+  dim: int
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
+    output = bert.BertModel(self.config, dtype=self.dtype, add_pooler=False, name="bert")(
+        tokens, attention_mask=(tokens != 0).astype(jnp.int32), deterministic=deterministic)
+    return _projection(self.dim, self.dtype)(output.last_hidden_state[:, 0]).astype(jnp.float32)
+
+
+class BagOfWordsEncoder(nn.Module):
+  """BE-BOW: mean of the input word-piece embeddings of the description, then a linear map."""
+  config: bert.BertConfig
+  dim: int
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
+    del deterministic
+    mask = (tokens != 0)[..., None].astype(self.dtype)
+    embedded = _word_embeddings(self.config, self.dtype)(tokens) * mask
+    mean = embedded.sum(axis=1) / jnp.maximum(mask.sum(axis=1), 1.0)
+    return _projection(self.dim, self.dtype)(mean).astype(jnp.float32)
+
+
+class CnnEncoder(nn.Module):
+  """DKRL-style: two convolutions over word-piece embeddings with max- then mean-pooling."""
+  config: bert.BertConfig
+  dim: int
+  dtype: jnp.dtype = jnp.float32
+  kernel_size: int = 2
+  pool_size: int = 2
+
+  @nn.compact
+  def __call__(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
+    del deterministic
+    mask = (tokens != 0)[..., None].astype(self.dtype)
+    x = _word_embeddings(self.config, self.dtype)(tokens) * mask
+    conv_init = nn.with_logical_partitioning(nn.initializers.xavier_uniform(), (None, "embed", "features"))
+    x = jnp.tanh(nn.Conv(self.dim, (self.kernel_size,), padding="SAME", dtype=self.dtype,
+                         kernel_init=conv_init, name="conv1")(x))
+    # Padding must not win the max-pool: push padded positions far down first.
+    x = jnp.where(mask > 0, x, -1e4)
+    x = nn.max_pool(x, (self.pool_size,), strides=(self.pool_size,), padding="SAME")
+    pooled_mask = nn.max_pool(mask, (self.pool_size,), strides=(self.pool_size,), padding="SAME")
+    x = jnp.where(pooled_mask > 0, x, 0.0)
+    conv2_init = nn.with_logical_partitioning(nn.initializers.xavier_uniform(), (None, "features", "features"))
+    x = jnp.tanh(nn.Conv(self.dim, (self.kernel_size,), padding="SAME", dtype=self.dtype,
+                         kernel_init=conv2_init, name="conv2")(x)) * pooled_mask
+    return (x.sum(axis=1) / jnp.maximum(pooled_mask.sum(axis=1), 1.0)).astype(jnp.float32)
+
+
+ENCODERS = {"bert": BertEncoder, "bow": BagOfWordsEncoder, "cnn": CnnEncoder}
+
+
+def create_encoder(name: str, config: bert.BertConfig, dim: int, dtype: jnp.dtype) -> nn.Module:
+  if name not in ENCODERS:
+    raise ValueError(f"Unknown encoder {name!r}; valid: {sorted(ENCODERS)}.")
+  return ENCODERS[name](config=config, dim=dim, dtype=dtype, name="encoder")
+
+
+def pretrained_subtree(name: str, bert_params: dict) -> dict:
+  """The part of a pretrained BERT's params that seeds encoder `name`, keyed like the encoder's own."""
+  if name == "bert":
+    return {"bert": bert_params}
+  return {"word_embeddings": bert_params["embeddings"]["word_embeddings"]}

@@ -1,0 +1,13 @@
+"""Registry of training objectives: `config.objective` names one of them."""
+from docent_jax.objectives import blp
+from docent_jax.objectives.base import Objective
+
+OBJECTIVES: dict[str, type[Objective]] = {
+    "blp": blp.BlpObjective,
+}
+
+
+def get_objective(name: str) -> type[Objective]:
+  if name not in OBJECTIVES:
+    raise ValueError(f"Unknown objective {name!r}; valid objectives: {sorted(OBJECTIVES)}.")
+  return OBJECTIVES[name]

@@ -1,0 +1,36 @@
+"""What the trainer needs from a method: parameters, a loss, training batches and an evaluation."""
+import abc
+from typing import Any
+
+import jax
+from jax.sharding import Mesh
+import ml_collections
+
+
+class Objective(abc.ABC):
+  """One training objective over one dataset. The trainer owns devices, optimisation and checkpoints."""
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
+    self.config = config
+    self.mesh = mesh
+
+  @abc.abstractmethod
+  def init_variables(self, rng: jax.Array) -> Any:
+    """Freshly initialised params, boxed with logical axis names (`nn.with_logical_partitioning`)."""
+
+  def pretrained_params(self) -> dict[str, Any]:
+    """A partial params tree (numpy) that overwrites the fresh initialisation; empty by default."""
+    return {}
+
+  @abc.abstractmethod
+  def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Scalar training loss and scalar metrics to log, for one global batch."""
+
+  @abc.abstractmethod
+  def train_batches(self, seed: int) -> Any:
+    """A grain loader whose iterator yields this process's part of each batch, with saveable state."""
+
+  @abc.abstractmethod
+  def evaluate(self, params: Any) -> dict[str, float]:
+    """Final metrics, flat, keyed `<split>/<metric>`."""
+

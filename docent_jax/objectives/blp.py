@@ -1,0 +1,162 @@
+"""BLP (Daza, Cochez & Groth, WWW 2021): entity encoders over descriptions trained by link prediction.
+
+An entity is its description, encoded to a vector; a triple (h, r, t) is scored by a KG scoring
+function of the two encodings and a relation embedding. Negatives corrupt the head or the tail with
+other entities of the same batch. Evaluation is inductive: entities of the dev and test triples were
+never seen in training.
+"""
+from typing import Any
+
+from absl import logging
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+import ml_collections
+import numpy as np
+
+from docent_jax import losses
+from docent_jax import parallel
+from docent_jax.data import knowledge_graph
+from docent_jax.data import pipeline
+from docent_jax.data import tokenization
+from docent_jax.evaluation import entity_classification
+from docent_jax.evaluation import link_prediction
+from docent_jax.models import bert
+from docent_jax.models import pretrained
+from docent_jax.models import relations
+from docent_jax.models import text_encoders
+from docent_jax.objectives import base
+
+
+class BlpModel(nn.Module):
+  """A text encoder for entities and a table of relation embeddings."""
+  encoder: nn.Module
+  num_relations: int
+  relation_dim: int
+
+  def setup(self):
+    self.relations = nn.Embed(
+        self.num_relations, self.relation_dim, name="relations",
+        embedding_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(), ("relation", "features")))
+
+  def __call__(self, tokens: jax.Array, relation_ids: jax.Array, *, deterministic: bool = True):
+    return self.encode(tokens, deterministic=deterministic), self.relations(relation_ids)
+
+  def encode(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
+    return self.encoder(tokens, deterministic=deterministic)
+
+
+def _bert_config(config: ml_collections.ConfigDict, vocab_size: int) -> tuple[bert.BertConfig, dict | None]:
+  """The pretrained model named by `model.pretrained`, or a fresh one shaped by `model.bert`."""
+  if config.model.pretrained:
+    return pretrained.load_bert(config.model.pretrained)
+  return bert.BertConfig.from_hf_dict({"vocab_size": vocab_size, **config.model.bert.to_dict()}), None
+
+
+def sample_negatives(rng: jax.Array, batch_size: int, num_negatives: int) -> tuple[jax.Array, jax.Array]:
+  """In-batch corruption: for each triple, entity indices into [heads; tails] and a corrupt-head mask.
+
+  Index i is a head and B + i its tail; the entity being replaced is never drawn as its own negative.
+  """
+  index_rng, side_rng = jax.random.split(rng)
+  corrupt_head = jax.random.bernoulli(side_rng, 0.5, (batch_size, num_negatives))
+  replaced = jnp.where(corrupt_head, jnp.arange(batch_size)[:, None], batch_size + jnp.arange(batch_size)[:, None])
+  drawn = jax.random.randint(index_rng, (batch_size, num_negatives), 0, 2 * batch_size - 1)
+  return drawn + (drawn >= replaced), corrupt_head
+
+
+class BlpObjective(base.Objective):
+  """Link prediction over entity descriptions, evaluated by inductive ranking and entity classification."""
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
+    super().__init__(config, mesh)
+    self.graph = knowledge_graph.load_knowledge_graph(
+        config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
+    tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
+    self.entity_tokens = tokenization.tokenize_texts(tokenizer, self.graph.entity_texts, config.data.max_len)
+    self.scoring = relations.get_scoring_function(config.model.scoring)
+    self.loss_fn = losses.get_link_prediction_loss(config.loss.name)
+    bert_config, self._bert_params = _bert_config(config, tokenizer.vocab_size)
+    self.model = BlpModel(
+        encoder=text_encoders.create_encoder(config.model.encoder, bert_config, config.model.dim,
+                                             jnp.dtype(config.model.dtype)),
+        num_relations=self.graph.num_relations,
+        relation_dim=self.scoring.relation_dim(config.model.dim))
+    logging.info("%s: %d entities, %d relations, triples %s.", self.graph.name, self.graph.num_entities,
+                 self.graph.num_relations, {k: len(v) for k, v in self.graph.triples.items()})
+
+  def init_variables(self, rng: jax.Array) -> Any:
+    tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
+    return self.model.init(rng, tokens, jnp.zeros((1,), jnp.int32))["params"]
+
+  def pretrained_params(self) -> dict[str, Any]:
+    if self._bert_params is None:
+      return {}
+    return {"encoder": text_encoders.pretrained_subtree(self.config.model.encoder, self._bert_params)}
+
+  def train_batches(self, seed: int) -> Any:
+    return pipeline.triple_batches(
+        self.graph.triple_sources["train"], self.entity_tokens,
+        global_batch_size=self.config.train.global_batch_size, seed=seed)
+
+  def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    dropout_rng, negatives_rng = jax.random.split(rng)
+    batch_size = batch["head"].shape[0]
+    tokens = jnp.concatenate([batch["head_tokens"], batch["tail_tokens"]])
+    entities, relation = self.model.apply({"params": params}, tokens, batch["relation"], deterministic=False,
+                                          rngs={"dropout": dropout_rng})
+    heads, tails = entities[:batch_size], entities[batch_size:]
+    positive = self.scoring.score(heads, relation, tails)
+    negative_index, corrupt_head = sample_negatives(negatives_rng, batch_size, self.config.loss.num_negatives)
+    corrupted = entities[negative_index]
+    negative = jnp.where(corrupt_head,
+                         self.scoring.score(corrupted, relation[:, None], tails[:, None]),
+                         self.scoring.score(heads[:, None], relation[:, None], corrupted))
+    loss = self.loss_fn(positive, negative, margin=self.config.loss.margin)
+    return loss, {"loss": loss, "positive_score": positive.mean(), "negative_score": negative.mean()}
+
+  def entity_embeddings(self, params: Any) -> np.ndarray:
+    """Every entity's vector, computed once in batches split over the data axis."""
+    batch_size = self.config.eval.batch_size
+    tokens, num_entities = parallel.pad_to_multiple(self.entity_tokens, batch_size)
+    sharding = parallel.batch_sharding(self.mesh)
+    encode = jax.jit(lambda p, t: self.model.apply({"params": p}, t, method=BlpModel.encode),
+                     out_shardings=parallel.replicated(self.mesh))
+    chunks = []
+    for start in range(0, len(tokens), batch_size):
+      chunk = tokens[start:start + batch_size]
+      global_chunk = jax.make_array_from_callback(chunk.shape, sharding, lambda index, c=chunk: c[index])
+      chunks.append(np.asarray(encode(params, global_chunk)))
+    return np.concatenate(chunks)[:num_entities]
+
+  def evaluate(self, params: Any) -> dict[str, float]:
+    graph = self.graph
+    embeddings = self.entity_embeddings(params)
+    relation_embeddings = np.asarray(jax.device_get(params["relations"]["embedding"]))
+    known = graph.all_triples()
+    results = {}
+    for split in ("validation", "test"):
+      settings = {"": np.arange(graph.num_entities), "transfer_": graph.entity_split[split]}
+      for prefix, candidates in settings.items():
+        metrics = link_prediction.evaluate_link_prediction(
+            self.scoring, embeddings, relation_embeddings, graph.triples[split], candidates, known,
+            batch_size=self.config.eval.link_prediction_batch_size)
+        results.update({f"{split}/{prefix}{name}": value for name, value in metrics.items()})
+    results.update(self._classify_entities(embeddings))
+    return results
+
+  def _classify_entities(self, embeddings: np.ndarray) -> dict[str, float]:
+    """Logistic regression on frozen vectors: fit on train entities, pick C on dev, score unseen test entities."""
+    labels = self.graph.entity_labels
+    if (labels < 0).all():
+      logging.info("%s has no entity classes; skipping entity classification.", self.graph.name)
+      return {}
+    parts = []
+    for split in ("train", "validation", "test"):
+      entities = self.graph.entity_split[split]
+      entities = entities[labels[entities] >= 0]
+      parts += [embeddings[entities], labels[entities]]
+    metrics = entity_classification.evaluate_entity_classification(
+        *parts, c_values=tuple(self.config.eval.classification_c_values))
+    return {f"test/classification_{name}": value for name, value in metrics.items()}

@@ -1,0 +1,121 @@
+"""Device mesh, sharding rules and multi-host helpers.
+
+Sharding is declared once: parameters carry logical axis names (see `models/`), and a config's
+`mesh.rules` maps those names to mesh axes. Nothing else in the code base names mesh axes, except
+batches, which are always split over the data axis.
+"""
+from collections.abc import Sequence
+import math
+from typing import Any
+
+from absl import logging
+import flax.linen as nn
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+import ml_collections
+import numpy as np
+
+DATA_AXIS = "data"
+MODEL_AXIS = "model"
+
+# Logical axis name -> mesh axes. Tables of entities and relations are split along their rows over
+# every device; BERT's feed-forward and attention projections are split over the model axis
+# (tensor parallelism) and replicated over data.
+DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
+    ("batch", DATA_AXIS),
+    ("entity", (DATA_AXIS, MODEL_AXIS)),
+    ("relation", (DATA_AXIS, MODEL_AXIS)),
+    ("vocab", None),
+    ("embed", None),
+    ("mlp", MODEL_AXIS),
+    ("heads", MODEL_AXIS),
+    ("position", None),
+    ("token_type", None),
+    ("norm", None),
+    ("features", None),
+)
+
+
+def create_mesh(config: ml_collections.ConfigDict) -> Mesh:
+  """Builds the (data, model) mesh; a -1 in `config.shape` takes the remaining devices."""
+  shape = list(config.shape)
+  num_devices = jax.device_count()
+  if shape.count(-1) > 1:
+    raise ValueError(f"mesh.shape {tuple(shape)} may hold at most one -1.")
+  if -1 in shape:
+    known = math.prod(s for s in shape if s != -1)
+    if num_devices % known:
+      raise ValueError(f"mesh.shape {tuple(shape)} does not divide {num_devices} devices.")
+    shape[shape.index(-1)] = num_devices // known
+  if math.prod(shape) != num_devices:
+    raise ValueError(f"mesh.shape {tuple(shape)} needs {math.prod(shape)} devices; there are {num_devices}.")
+  return jax.make_mesh(tuple(shape), (DATA_AXIS, MODEL_AXIS))
+
+
+def rules_from_config(config: ml_collections.ConfigDict) -> tuple[tuple[str, Any], ...]:
+  """Default rules, with any overrides from `config.rules` (a sequence of (name, mesh axes))."""
+  overrides = {name: (tuple(axes) if isinstance(axes, list) else axes) for name, axes in config.get("rules", ())}
+  return tuple((name, overrides.pop(name, axes)) for name, axes in DEFAULT_RULES) + tuple(overrides.items())
+
+
+def param_shardings(abstract_variables: Any, mesh: Mesh, rules: Sequence[tuple[str, Any]]) -> Any:
+  """NamedShardings for a (boxed, abstract) variable tree from its logical axis annotations.
+
+  A dimension that does not divide evenly over its mesh axes is replicated instead, with a log line,
+  so that small tables (e.g. 11 relations) still run on any mesh.
+  """
+  specs = nn.get_partition_spec(abstract_variables)
+  shapes = nn.unbox(abstract_variables)
+  mesh_specs = nn.logical_to_mesh(specs, rules)
+
+  def fit(spec: PartitionSpec, shape: jax.ShapeDtypeStruct) -> NamedSharding:
+    fitted = []
+    for dim, axes in zip(shape.shape, tuple(spec) + (None,) * (len(shape.shape) - len(spec))):
+      size = math.prod(mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes or ()))
+      if dim % size:
+        logging.info("Replicating a dimension of size %d: it does not divide over %s (%d).", dim, axes, size)
+        axes = None
+      fitted.append(axes)
+    return NamedSharding(mesh, PartitionSpec(*fitted))
+
+  return jax.tree.map(fit, mesh_specs, shapes, is_leaf=lambda x: isinstance(x, PartitionSpec))
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+  """Leading (batch) dimension split over the data axis, the rest replicated."""
+  return NamedSharding(mesh, PartitionSpec(DATA_AXIS))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, PartitionSpec())
+
+
+def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+  """Assembles global arrays from this process's part of the batch (every process calls this)."""
+  sharding = batch_sharding(mesh)
+  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in local_batch.items()}
+
+
+def pad_to_multiple(array: np.ndarray, multiple: int) -> tuple[np.ndarray, int]:
+  """Pads the leading axis with zeros to a multiple; returns the padded array and the true length."""
+  n = len(array)
+  padded = -(-n // multiple) * multiple
+  if padded == n:
+    return array, n
+  pad = np.zeros((padded - n,) + array.shape[1:], dtype=array.dtype)
+  return np.concatenate([array, pad]), n
+
+
+def initialize_distributed(coordinator_address: str | None, num_processes: int | None,
+                           process_id: int | None) -> None:
+  """Joins a multi-process runtime: explicit (e.g. local CPU processes) or auto-detected (TPU pods)."""
+  if coordinator_address:
+    # CPU processes need a collectives backend; accelerators ignore this setting.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
+                               process_id=process_id)
+  else:
+    jax.distributed.initialize()
+  logging.info("Process %d of %d; %d local / %d global devices.", jax.process_index(), jax.process_count(),
+               jax.local_device_count(), jax.device_count())
+
