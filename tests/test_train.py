@@ -1,0 +1,168 @@
+"""The trainer end to end on a tiny KG: results, sharding invariance, resume after a kill, multi-process."""
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from docent_jax import checkpoints
+from docent_jax import parallel
+from docent_jax import train
+import kg_fixtures
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def kg_dir(tmp_path_factory) -> pathlib.Path:
+  return kg_fixtures.write_tiny_kg(tmp_path_factory.mktemp("tiny_kg"))
+
+
+@pytest.fixture(scope="module")
+def tfds_dir(tmp_path_factory) -> pathlib.Path:
+  return tmp_path_factory.mktemp("tfds")
+
+
+def _final_params(workdir: pathlib.Path) -> dict:
+  manager = ocp.CheckpointManager(workdir / "checkpoints", item_names=("state", "data"))
+  restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+  return restored["state"]["params"]
+
+
+def _assert_trees_close(a, b, atol=1e-5):
+  flat_a, flat_b = jax.tree_util.tree_flatten_with_path(a)[0], jax.tree_util.tree_flatten_with_path(b)[0]
+  assert [p for p, _ in flat_a] == [p for p, _ in flat_b]
+  for (path, x), (_, y) in zip(flat_a, flat_b):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=1e-4, err_msg=jax.tree_util.keystr(path))
+
+
+def test_train_writes_results_and_evaluate_mode_recomputes_them(kg_dir, tfds_dir, tmp_path):
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  config.baselines = {"be_bow": {"model": {"encoder": "bow"}}}
+  results = train.train_and_evaluate(config, tmp_path)
+  written = json.loads((tmp_path / "results.json").read_text())
+  assert written == results
+  for model in ("blp_transe", "be_bow"):
+    for key in ("test/mrr", "test/hits@1", "test/hits@10", "test/transfer_mrr", "validation/mrr",
+                "test/classification_accuracy", "test/classification_balanced_accuracy"):
+      assert 0.0 <= written[f"{model}/{key}"] <= 1.0, (model, key)
+    assert (tmp_path / model / "checkpoints" / "6").is_dir()
+    assert list((tmp_path / model).glob("events.out.tfevents.*")), "no TensorBoard summaries"
+  (tmp_path / "results.json").unlink()
+  assert train.evaluate(config, tmp_path) == pytest.approx(results, abs=1e-6)
+
+
+def test_sharded_mesh_gives_single_device_loss_and_gradients(kg_dir, tfds_dir):
+  def loss_and_grads(shape):
+    config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+    config.mesh.shape = shape
+    config.model.bert.hidden_size = 64  # Divisible by 4: the model axis really splits the projections.
+    config.model.bert.intermediate_size = 128
+    trainer = train.Trainer(config, "unused")
+    state = trainer.initial_state()
+    batch = parallel.global_batch(next(iter(trainer.objective.train_batches(0))), trainer.mesh)
+    grad_fn = jax.jit(jax.value_and_grad(trainer.objective.loss, has_aux=True))
+    (loss, _), grads = grad_fn(state.params, batch, jax.random.key(3))
+    specs = {str(x.sharding.spec) for x in jax.tree.leaves(state.params)}
+    return float(loss), jax.device_get(grads), specs
+
+  loss_1, grads_1, _ = loss_and_grads((1, 1))
+  loss_8, grads_8, specs = loss_and_grads((2, 4))
+  assert any("model" in spec for spec in specs), specs
+  assert loss_8 == pytest.approx(loss_1, rel=1e-5)
+  _assert_trees_close(grads_8, grads_1, atol=1e-5)
+
+
+def _main_command(kg_dir, tfds_dir, workdir, *extra):
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  overrides = [f"--config.{k}={v}" for k, v in {
+      "data.tfds_data_dir": tfds_dir, "data.max_len": config.data.max_len, "model.pretrained": "",
+      "model.bert.hidden_size": 32, "model.bert.num_hidden_layers": 2, "model.bert.num_attention_heads": 4,
+      "model.bert.intermediate_size": 64, "model.dim": 16, "loss.num_negatives": 8,
+      "optim.learning_rate": 1e-3, "optim.warmup_steps": 2, "train.global_batch_size": 8,
+      "train.num_steps": 6, "train.checkpoint_every_steps": 2, "eval.batch_size": 16,
+      "eval.link_prediction_batch_size": 16}.items()]
+  return [sys.executable, "-m", "docent_jax.main", f"--config=configs/blp.py:{kg_dir}", f"--workdir={workdir}",
+          *overrides, *extra]
+
+
+def _env(num_devices: int) -> dict:
+  env = dict(os.environ)
+  env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices}"
+  env["JAX_PLATFORMS"] = "cpu"
+  return env
+
+
+def test_kill_and_resume_matches_uninterrupted_run(kg_dir, tfds_dir, tmp_path):
+  uninterrupted = tmp_path / "uninterrupted"
+  subprocess.run(_main_command(kg_dir, tfds_dir, uninterrupted), cwd=REPO_ROOT, env=_env(2), check=True,
+                 capture_output=True)
+  # Kill the run with SIGKILL right after step 5 starts: step 4's checkpoint may still be in flight.
+  killed = tmp_path / "killed"
+  script = (
+      "import os, signal, sys\n"
+      "from docent_jax import parallel\n"
+      "calls = []\n"
+      "original = parallel.global_batch\n"
+      "def global_batch(*args):\n"
+      "  calls.append(1)\n"
+      "  if len(calls) == 5:\n"
+      "    os.kill(os.getpid(), signal.SIGKILL)\n"
+      "  return original(*args)\n"
+      "parallel.global_batch = global_batch\n"
+      "from absl import app\n"
+      "from docent_jax import main\n"
+      "sys.argv = sys.argv[1:]\n"
+      "app.run(main.main)\n")
+  command = _main_command(kg_dir, tfds_dir, killed)
+  run = subprocess.run([sys.executable, "-c", script, *command[2:]], cwd=REPO_ROOT, env=_env(2),
+                       capture_output=True)
+  assert run.returncode == -signal.SIGKILL, run.stderr.decode()[-2000:]
+  assert not (killed / "results.json").exists()
+  subprocess.run(command, cwd=REPO_ROOT, env=_env(2), check=True, capture_output=True)
+  _assert_trees_close(_final_params(killed), _final_params(uninterrupted), atol=1e-6)
+  assert json.loads((killed / "results.json").read_text()) == pytest.approx(
+      json.loads((uninterrupted / "results.json").read_text()), abs=1e-6)
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def test_two_processes_match_one_process(kg_dir, tfds_dir, tmp_path):
+  single = tmp_path / "single"
+  subprocess.run(_main_command(kg_dir, tfds_dir, single), cwd=REPO_ROOT, env=_env(2), check=True,
+                 capture_output=True)
+  multi = tmp_path / "multi"
+  address = f"127.0.0.1:{_free_port()}"
+  processes = [subprocess.Popen(_main_command(kg_dir, tfds_dir, multi, f"--coordinator_address={address}",
+                                              "--num_processes=2", f"--process_id={i}"),
+                                cwd=REPO_ROOT, env=_env(1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+               for i in range(2)]
+  outputs = [p.communicate(timeout=600)[0].decode() for p in processes]
+  for process, output in zip(processes, outputs):
+    assert process.returncode == 0, output[-3000:]
+  _assert_trees_close(_final_params(multi), _final_params(single), atol=1e-5)
+  assert json.loads((multi / "results.json").read_text()) == pytest.approx(
+      json.loads((single / "results.json").read_text()), abs=1e-4)
+
+
+def test_workdir_of_another_config_is_refused(kg_dir, tfds_dir, tmp_path):
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  checkpoints.guard_workdir_config(tmp_path, config)
+  recorded = (tmp_path / checkpoints.CONFIG_FILE).read_text()
+  config.mesh.shape = (2, 4)  # Where it runs may change...
+  checkpoints.guard_workdir_config(tmp_path, config)
+  config.model.scoring = "distmult"  # ...what it computes may not.
+  with pytest.raises(checkpoints.ConfigMismatchError, match="model.scoring"):
+    checkpoints.guard_workdir_config(tmp_path, config)
+  assert (tmp_path / checkpoints.CONFIG_FILE).read_text() == recorded
