@@ -5,6 +5,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh
 import ml_collections
+import numpy as np
 
 
 class Objective(abc.ABC):
@@ -34,3 +35,7 @@ class Objective(abc.ABC):
   def evaluate(self, params: Any) -> dict[str, float]:
     """Final metrics, flat, keyed `<split>/<metric>`."""
 
+
+  def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:
+    """Entity ids and their vectors, in the same order."""
+    raise NotImplementedError(f"{type(self).__name__} has no entity vectors to export.")

@@ -130,6 +130,9 @@ class BlpObjective(base.Objective):
       chunks.append(np.asarray(encode(params, global_chunk)))
     return np.concatenate(chunks)[:num_entities]
 
+  def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:
+    return self.graph.entity_ids, self.entity_embeddings(params)
+
   def evaluate(self, params: Any) -> dict[str, float]:
     graph = self.graph
     embeddings = self.entity_embeddings(params)

@@ -1,0 +1,342 @@
+"""Reads knowledge graphs stored in the KG-BERT file layout, with validation.
+
+Layout of a dataset directory (any file may instead be gzipped as `<name>.gz`):
+  train.tsv, dev.tsv, test.tsv          transductive triples, head<TAB>relation<TAB>tail
+  ind-train.tsv, ind-dev.tsv, ind-test.tsv   inductive triples (BLP), optional
+  entity2text.txt (or a preferred variant, see ENTITY_TEXT_FILES)   id<TAB>text
+  entities.txt, relations.txt           optional vocabularies, one id per line
+  relation2text.txt                     optional, id<TAB>text
+  {train,dev,test}-ents-class.txt       optional entity split with class labels, id<TAB>label
+
+Every format error names the file and line. Triples whose entity has no text are
+dropped and counted (BLP drops them), or rejected when `on_missing_text='error'`.
+"""
+import collections
+import dataclasses
+import gzip
+import pathlib
+from typing import Iterable, Literal, Mapping, Sequence
+
+from absl import logging
+
+# Entity description files, most preferred first: BLP uses the long FB15k-237
+# descriptions; the first-sentence version is the closest substitute.
+ENTITY_TEXT_FILES = ("entity2textlong.txt", "fb-entity2text-new.txt", "entity2text.txt")
+SPLITS = ("train", "validation", "test")
+# File stem of each split in the KG-BERT layout.
+FILE_STEMS = {"train": "train", "validation": "dev", "test": "test"}
+
+Triple = tuple[str, str, str]
+
+
+class KgFormatError(ValueError):
+  """A knowledge-graph file is malformed; the message names the file and line."""
+
+
+@dataclasses.dataclass
+class ParsedGraph:
+  """A knowledge graph as identifiers, before indexing.
+
+  Attributes:
+    entity_ids: every entity with a description, in a fixed order.
+    entity_texts: the description of each entity (may be empty).
+    relation_ids: every relation, in a fixed order.
+    relation_texts: a readable text for each relation.
+    entity_labels: entity id -> class label, for the labelled entities.
+    entity_split: entity id -> 'train' | 'validation' | 'test', for every entity.
+    triples: 'train' / 'validation' / 'test' (inductive when the directory has an
+      inductive split or class files, else transductive) and, when present,
+      'transductive_train' / 'transductive_validation' / 'transductive_test'.
+    label_names: all class labels, when fixed in advance (else the labels present).
+    skipped_triples: triples of train/validation/test dropped because an entity
+      had no description (the transductive copies are dropped too, uncounted).
+  """
+  entity_ids: list[str]
+  entity_texts: list[str]
+  relation_ids: list[str]
+  relation_texts: list[str]
+  entity_labels: dict[str, str]
+  entity_split: dict[str, str]
+  triples: dict[str, list[Triple]]
+  label_names: list[str] | None = None
+  skipped_triples: int = 0
+
+
+def find_file(directory: pathlib.Path, name: str) -> pathlib.Path | None:
+  """Returns `directory/name` or `directory/name.gz`, None when neither exists."""
+  plain, zipped = directory / name, directory / (name + ".gz")
+  if plain.exists() and zipped.exists():
+    raise KgFormatError(f"{directory}: both {name} and {name}.gz exist; keep one.")
+  if plain.exists():
+    return plain
+  return zipped if zipped.exists() else None
+
+
+def read_lines(path: pathlib.Path) -> list[str]:
+  """Reads a UTF-8 text file (optionally gzipped) into lines without line endings.
+
+  Accepts LF and CRLF endings and a last line without newline.
+
+  Raises:
+    KgFormatError: the file is empty or holds bytes that are not UTF-8.
+  """
+  data = path.read_bytes()
+  if path.suffix == ".gz":
+    data = gzip.decompress(data)
+  if not data.strip():
+    raise KgFormatError(f"{path}: file is empty.")
+  try:
+    text = data.decode("utf-8")
+  except UnicodeDecodeError as error:
+    line_number = data[:error.start].count(b"\n") + 1
+    raise KgFormatError(f"{path}:{line_number}: bytes that are not valid UTF-8 ({error.reason}).") from None
+  lines = text.split("\n")
+  if lines[-1] == "":
+    lines.pop()
+  return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def _split_fields(path: pathlib.Path, lines: Sequence[str], num_fields: int) -> Iterable[tuple[int, list[str]]]:
+  """Yields (line number, fields) for tab-separated rows of exactly `num_fields` fields."""
+  for number, line in enumerate(lines, 1):
+    fields = line.split("\t", num_fields - 1) if num_fields == 2 else line.split("\t")
+    if len(fields) != num_fields:
+      raise KgFormatError(f"{path}:{number}: expected {num_fields} tab-separated fields, found {len(fields)}: "
+                          f"{line[:100]!r}")
+    yield number, fields
+
+
+def read_id_list(path: pathlib.Path) -> list[str]:
+  """Reads a one-id-per-line vocabulary; rejects empty and duplicate ids."""
+  first_line: dict[str, int] = {}
+  for number, line in enumerate(read_lines(path), 1):
+    identifier = line.strip()
+    if not identifier:
+      raise KgFormatError(f"{path}:{number}: empty id.")
+    if identifier in first_line:
+      raise KgFormatError(f"{path}:{number}: duplicate id {identifier!r} (first on line {first_line[identifier]}).")
+    first_line[identifier] = number
+  return list(first_line)
+
+
+def read_id_texts(path: pathlib.Path) -> dict[str, str]:
+  """Reads `id<TAB>text` rows; the text may be empty but must be present."""
+  texts: dict[str, str] = {}
+  first_line: dict[str, int] = {}
+  for number, (identifier, text) in _split_fields(path, read_lines(path), 2):
+    if not identifier:
+      raise KgFormatError(f"{path}:{number}: empty id.")
+    if identifier in first_line:
+      raise KgFormatError(f"{path}:{number}: duplicate id {identifier!r} (first on line {first_line[identifier]}).")
+    first_line[identifier] = number
+    texts[identifier] = text.strip()
+  return texts
+
+
+def read_triples(path: pathlib.Path, known_relations: Sequence[str] | None = None,
+                 known_entities: Sequence[str] | None = None) -> list[Triple]:
+  """Reads `head<TAB>relation<TAB>tail` rows, checking against known vocabularies."""
+  relations = set(known_relations) if known_relations is not None else None
+  entities = set(known_entities) if known_entities is not None else None
+  triples = []
+  for number, (head, relation, tail) in _split_fields(path, read_lines(path), 3):
+    if not head or not relation or not tail:
+      raise KgFormatError(f"{path}:{number}: empty field in triple {(head, relation, tail)!r}.")
+    if relations is not None and relation not in relations:
+      raise KgFormatError(f"{path}:{number}: unknown relation {relation!r} (not in relations.txt).")
+    if entities is not None:
+      for entity in (head, tail):
+        if entity not in entities:
+          raise KgFormatError(f"{path}:{number}: unknown entity {entity!r} (not in entities.txt).")
+    triples.append((head, relation, tail))
+  return triples
+
+
+def inductive_triple_split(triples: Iterable[Triple], entity_split: Mapping[str, str]) -> dict[str, list[Triple]]:
+  """Splits triples by BLP's rule, given the split of each entity.
+
+  train: both entities are train entities; validation: touches a validation
+  entity and no test entity; test: touches a test entity. Entities missing from
+  `entity_split` count as train entities.
+  """
+  result = {split: [] for split in SPLITS}
+  for triple in triples:
+    splits = {entity_split.get(triple[0], "train"), entity_split.get(triple[2], "train")}
+    if "test" in splits:
+      result["test"].append(triple)
+    elif "validation" in splits:
+      result["validation"].append(triple)
+    else:
+      result["train"].append(triple)
+  return result
+
+
+def _entity_text_file(directory: pathlib.Path) -> pathlib.Path:
+  for name in ENTITY_TEXT_FILES:
+    path = find_file(directory, name)
+    if path is not None:
+      return path
+  raise KgFormatError(f"{directory}: no entity description file (looked for {', '.join(ENTITY_TEXT_FILES)}).")
+
+
+def _read_split_triples(directory: pathlib.Path, prefix: str, relations: Sequence[str] | None,
+                        entities: Sequence[str] | None) -> dict[str, list[Triple]] | None:
+  """Reads `<prefix>{train,dev,test}.tsv`; None when none exist, error when only some do."""
+  paths = {split: find_file(directory, f"{prefix}{FILE_STEMS[split]}.tsv") for split in SPLITS}
+  present = [split for split, path in paths.items() if path is not None]
+  if not present:
+    return None
+  if len(present) != len(SPLITS):
+    missing = [f"{prefix}{FILE_STEMS[split]}.tsv" for split in SPLITS if paths[split] is None]
+    raise KgFormatError(f"{directory}: missing {', '.join(missing)} (the other splits exist).")
+  return {split: read_triples(path, relations, entities) for split, path in paths.items()}
+
+
+def _read_class_files(directory: pathlib.Path) -> tuple[dict[str, str], dict[str, str]] | None:
+  """Returns (entity -> label, entity -> split) from the class files, None if absent."""
+  paths = {split: find_file(directory, f"{FILE_STEMS[split]}-ents-class.txt") for split in SPLITS}
+  if all(path is None for path in paths.values()):
+    return None
+  if any(path is None for path in paths.values()):
+    raise KgFormatError(f"{directory}: the entity class files must exist for all of train, dev and test.")
+  labels: dict[str, str] = {}
+  split_of: dict[str, str] = {}
+  for split, path in paths.items():
+    for entity, label in read_id_texts(path).items():
+      if entity in split_of:
+        raise KgFormatError(f"{path}: entity {entity!r} is also in the {split_of[entity]} class file.")
+      split_of[entity] = split
+      if label:
+        labels[entity] = label
+  return labels, split_of
+
+
+def _drop_missing_text(triples: dict[str, list[Triple]], texts: Mapping[str, str],
+                       on_missing_text: str, directory: pathlib.Path) -> tuple[dict[str, list[Triple]], int]:
+  kept: dict[str, list[Triple]] = {}
+  skipped = 0
+  for split, split_triples in triples.items():
+    kept[split] = [t for t in split_triples if t[0] in texts and t[2] in texts]
+    dropped = len(split_triples) - len(kept[split])
+    if dropped and on_missing_text == "error":
+      example = next(t for t in split_triples if t[0] not in texts or t[2] not in texts)
+      raise KgFormatError(f"{directory}: {dropped} {split} triples have an entity without description, "
+                          f"e.g. {example!r}.")
+    if dropped:
+      logging.warning("%s: dropped %d %s triples whose entity has no description.", directory, dropped, split)
+    if split in SPLITS:
+      skipped += dropped
+  return kept, skipped
+
+
+def read_kg_directory(directory: str | pathlib.Path,
+                      on_missing_text: Literal["skip", "error"] = "skip") -> ParsedGraph:
+  """Reads and validates a knowledge-graph directory in the KG-BERT layout.
+
+  The inductive splits come from `ind-*.tsv` when present; otherwise, when class
+  files exist, they are rebuilt from the transductive triples with BLP's rule;
+  otherwise the transductive triples are used as the splits.
+
+  Args:
+    directory: the dataset directory.
+    on_missing_text: what to do with triples whose entity has no description:
+      'skip' drops and counts them (BLP's protocol), 'error' raises.
+
+  Returns:
+    The parsed graph.
+  """
+  if on_missing_text not in ("skip", "error"):
+    raise ValueError(f"on_missing_text must be 'skip' or 'error', not {on_missing_text!r}.")
+  directory = pathlib.Path(directory)
+  if not directory.is_dir():
+    raise FileNotFoundError(f"Knowledge-graph directory {directory} does not exist.")
+
+  entities_path = find_file(directory, "entities.txt")
+  known_entities = read_id_list(entities_path) if entities_path else None
+  relations_path = find_file(directory, "relations.txt")
+  known_relations = read_id_list(relations_path) if relations_path else None
+  text_path = _entity_text_file(directory)
+  all_texts = read_id_texts(text_path)
+  logging.info("%s: entity descriptions from %s.", directory, text_path.name)
+
+  transductive = _read_split_triples(directory, "", known_relations, known_entities)
+  inductive = _read_split_triples(directory, "ind-", known_relations, known_entities)
+  class_files = _read_class_files(directory)
+  if transductive is None and inductive is None:
+    raise KgFormatError(f"{directory}: no triple files (train/dev/test.tsv or ind-train/ind-dev/ind-test.tsv).")
+  labels, class_split = class_files if class_files else ({}, {})
+  if inductive is None and class_files is not None:
+    inductive = inductive_triple_split(
+        (t for split in SPLITS for t in transductive[split]), class_split)
+    logging.info("%s: rebuilt the inductive split from the class files.", directory)
+  main_triples = inductive if inductive is not None else transductive
+
+  # The entity set: the vocabulary when given, else everything the files mention.
+  if known_entities is not None:
+    candidates = known_entities
+  else:
+    mentioned = dict.fromkeys(
+        e for triples in (main_triples, transductive or {}) for split in triples for t in triples[split]
+        for e in (t[0], t[2]))
+    mentioned.update(dict.fromkeys(class_split))
+    candidates = sorted(mentioned)
+  entity_ids = [e for e in candidates if e in all_texts]
+  texts = {e: all_texts[e] for e in entity_ids}
+  if len(entity_ids) < len(candidates):
+    logging.warning("%s: %d of %d entities have no description in %s and are left out.", directory,
+                    len(candidates) - len(entity_ids), len(candidates), text_path.name)
+  num_empty = sum(1 for e in entity_ids if not texts[e])
+  if num_empty:
+    # Kept, as BLP does: the encoder still sees the entity (as [CLS] [SEP]).
+    logging.warning("%s: %d entities have an empty description; they are kept.", directory, num_empty)
+
+  triples = {split: main_triples[split] for split in SPLITS}
+  if inductive is not None and transductive is not None:
+    triples.update({f"transductive_{split}": transductive[split] for split in SPLITS})
+  triples, skipped = _drop_missing_text(triples, texts, on_missing_text, directory)
+
+  entity_split = _entity_split(entity_ids, triples, class_split)
+  if inductive is not None:
+    _check_inductive(triples, entity_split, directory)
+
+  relation_ids = known_relations or sorted({t[1] for split_triples in triples.values() for t in split_triples})
+  relation_text_path = find_file(directory, "relation2text.txt")
+  relation_texts = read_id_texts(relation_text_path) if relation_text_path else {}
+  unknown = set(relation_texts) - set(relation_ids)
+  if unknown:
+    raise KgFormatError(f"{relation_text_path}: relations not in the graph: {sorted(unknown)[:5]}.")
+  return ParsedGraph(
+      entity_ids=entity_ids,
+      entity_texts=[texts[e] for e in entity_ids],
+      relation_ids=list(relation_ids),
+      relation_texts=[relation_texts.get(r) or r for r in relation_ids],
+      entity_labels={e: labels[e] for e in entity_ids if e in labels},
+      entity_split=entity_split,
+      triples=triples,
+      skipped_triples=skipped)
+
+
+def _entity_split(entity_ids: Sequence[str], triples: Mapping[str, Sequence[Triple]],
+                  class_split: Mapping[str, str]) -> dict[str, str]:
+  """Assigns each entity to the split where it first appears.
+
+  Class files decide when they list the entity. Otherwise the entity belongs to
+  the first of train, validation, test whose triples mention it (for an
+  inductive split this is its entity split; for a transductive one, where it is
+  first seen); entities in no triple belong to train.
+  """
+  first_seen: dict[str, str] = {}
+  for split in reversed(SPLITS):
+    for head, _, tail in triples[split]:
+      first_seen[head] = first_seen[tail] = split
+  return {e: class_split.get(e) or first_seen.get(e, "train") for e in entity_ids}
+
+
+def _check_inductive(triples: Mapping[str, Sequence[Triple]], entity_split: Mapping[str, str],
+                     directory: pathlib.Path) -> None:
+  """Rejects inductive splits with a held-out entity in the training triples."""
+  leaked = collections.Counter(
+      entity_split[e] for head, _, tail in triples["train"] for e in (head, tail) if entity_split[e] != "train")
+  if leaked:
+    raise KgFormatError(f"{directory}: the inductive training triples mention held-out entities "
+                        f"({dict(leaked)}); the split is not inductive.")

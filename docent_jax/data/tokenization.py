@@ -1,0 +1,34 @@
+"""Tokenizes entity descriptions into fixed-length token-id arrays."""
+from typing import Any, Sequence
+
+import numpy as np
+
+_CHUNK = 4096  # Texts per tokenizer call: batched for speed, bounded for memory.
+
+
+def tokenize_texts(tokenizer: Any, texts: Sequence[str], max_len: int) -> np.ndarray:
+  """Token ids [CLS] ... [SEP], truncated and padded with the tokenizer's pad id.
+
+  Args:
+    tokenizer: a Hugging Face fast tokenizer.
+    texts: the texts.
+    max_len: the length of every row, special tokens included.
+
+  Returns:
+    int32 [len(texts), max_len].
+  """
+  if max_len < 2:
+    raise ValueError(f"max_len must leave room for [CLS] and [SEP]; got {max_len}.")
+  if tokenizer.pad_token_id is None:
+    raise ValueError(f"Tokenizer {tokenizer.name_or_path!r} has no pad token.")
+  rows = [np.zeros((0, max_len), np.int32)]
+  for start in range(0, len(texts), _CHUNK):
+    encoded = tokenizer(list(texts[start:start + _CHUNK]), max_length=max_len, padding="max_length",
+                        truncation=True, return_attention_mask=False, return_token_type_ids=False)
+    rows.append(np.asarray(encoded["input_ids"], np.int32))
+  return np.concatenate(rows)
+
+
+def entity_token_table(kg: Any, tokenizer: Any, max_len: int) -> np.ndarray:
+  """Token ids of every entity description of a `KnowledgeGraph`, int32 [num_entities, max_len]."""
+  return tokenize_texts(tokenizer, kg.entity_texts, max_len)

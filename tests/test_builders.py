@@ -1,0 +1,189 @@
+"""Tests of the TFDS knowledge-graph builders and `load_knowledge_graph`."""
+import collections
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from docent_jax.data import kg_files
+from docent_jax.data import knowledge_graph
+from docent_jax.data.builders import kg_directory
+from docent_jax.data.builders import wordnet_kg
+
+SPLITS = knowledge_graph.SPLITS
+
+
+@pytest.fixture(scope="session")
+def tfds_dir(tmp_path_factory) -> pathlib.Path:
+  return tmp_path_factory.mktemp("tfds")
+
+
+@pytest.fixture(scope="session")
+def wn18rr(tfds_dir, shared_data_dir) -> knowledge_graph.KnowledgeGraph:
+  return knowledge_graph.load_knowledge_graph("wn18rr", data_dir=tfds_dir, manual_dir=shared_data_dir / "wn18rr")
+
+
+@pytest.fixture(scope="session")
+def wordnet_subgraph(tfds_dir) -> knowledge_graph.KnowledgeGraph:
+  return knowledge_graph.load_knowledge_graph("wordnet_kg/subgraph_1000", data_dir=tfds_dir)
+
+
+@pytest.fixture(scope="session")
+def wordnet_graph() -> kg_files.ParsedGraph:
+  return wordnet_kg.read_wordnet()
+
+
+def _triple_ids(kg, split):
+  return [(kg.entity_ids[h], kg.relation_ids[r], kg.entity_ids[t]) for h, r, t in kg.triples[split]]
+
+
+def _check_inductive(kg):
+  held_out = np.concatenate([kg.entity_split["validation"], kg.entity_split["test"]])
+  assert not np.isin(kg.triples["train"][:, [0, 2]], held_out).any()
+  assert np.isin(kg.triples["validation"][:, [0, 2]], kg.entity_split["validation"]).any(axis=1).all()
+  assert np.isin(kg.triples["test"][:, [0, 2]], kg.entity_split["test"]).any(axis=1).all()
+
+
+def test_wn18rr_matches_files(wn18rr, shared_data_dir):
+  assert wn18rr.name == "wn18rr/full"
+  assert [len(wn18rr.triples[s]) for s in SPLITS] == [69_585, 11_381, 12_037]
+  assert [len(wn18rr.entity_split[s]) for s in SPLITS] == [32_755, 4_094, 4_094]
+  assert (wn18rr.num_entities, wn18rr.num_relations) == (40_943, 11)
+  assert wn18rr.all_triples().shape == (93_003, 3)
+  assert wn18rr.triples["train"].dtype == np.int32
+  files = kg_files.read_kg_directory(shared_data_dir / "wn18rr")
+  for split in SPLITS:
+    assert _triple_ids(wn18rr, split) == files.triples[split]
+  texts = dict(zip(files.entity_ids, files.entity_texts))
+  assert all(texts[e] == t for e, t in zip(wn18rr.entity_ids, wn18rr.entity_texts))
+  labels = [wn18rr.label_names[i] for i in wn18rr.entity_labels]
+  assert labels == [files.entity_labels[e] for e in wn18rr.entity_ids]
+  _check_inductive(wn18rr)
+
+
+def test_fast_column_reader_agrees_with_tfds_decoding(wn18rr):
+  source = wn18rr.triple_sources["validation"]
+  for index in (0, 17, len(source) - 1):
+    record = source[index]
+    assert [record["head"], record["relation"], record["tail"]] == wn18rr.triples["validation"][index].tolist()
+    assert record["id"] is None and record["label"] is None
+
+
+def test_wordnet_subgraph_is_connected_and_inductive(wordnet_subgraph):
+  kg = wordnet_subgraph
+  assert kg.name == "wordnet_kg/subgraph_1000"
+  assert kg.num_entities == 1000
+  assert [len(kg.entity_split[s]) for s in SPLITS] == [800, 100, 100]
+  assert kg.label_names == ["BR", "BV", "JJ", "NN"] and (kg.entity_labels >= 0).all()
+  _check_inductive(kg)
+  neighbours = collections.defaultdict(set)
+  for head, _, tail in kg.all_triples():
+    neighbours[head].add(tail)
+    neighbours[tail].add(head)
+  seen, frontier = {0}, [0]
+  while frontier:
+    frontier = [n for e in frontier for n in neighbours[e] if n not in seen]
+    seen.update(frontier)
+  assert len(seen) == kg.num_entities
+
+
+def test_wordnet_matches_wn18rr_relations_and_directions(wordnet_graph, shared_data_dir):
+  triples = set(wordnet_graph.triples["train"])
+  ids = set(wordnet_graph.entity_ids)
+
+  def candidates(entity):  # WN18RR merges synsets sharing an offset; here they carry a suffix.
+    return [entity] if entity in ids else [f"{entity}-{pos}" for pos in "nvar" if f"{entity}-{pos}" in ids]
+
+  reference = kg_files.read_triples(shared_data_dir / "wn18rr" / "train.tsv")
+  found, total = collections.Counter(), collections.Counter(r for _, r, _ in reference)
+  for head, relation, tail in reference:
+    found[relation] += any((h, relation, t) in triples for h in candidates(head) for t in candidates(tail))
+  assert sum(found.values()) / len(reference) > 0.95
+  assert all(found[r] / total[r] > 0.95 for r in total), {r: found[r] / total[r] for r in total}
+  # Direction: hypernym edges point from the specific synset to the general one.
+  hypernyms = [(h, t) for h, r, t in reference if r == "_hypernym"]
+  assert sum((t, "_hypernym", h) in triples for h, t in hypernyms) < 0.001 * len(hypernyms)
+
+
+def test_wordnet_ids_texts_and_offset_collisions(wordnet_graph, shared_data_dir):
+  texts = dict(zip(wordnet_graph.entity_ids, wordnet_graph.entity_texts))
+  labels = wordnet_graph.entity_labels
+  # Offset 00001740 names a noun, a verb, an adjective and an adverb synset.
+  assert texts["00001740-n"].startswith("entity, that which is perceived")
+  assert texts["00001740-v"].startswith("breathe, draw air into")
+  assert (labels["00001740-n"], labels["00001740-v"]) == ("NN", "BV")
+  assert "00001740" not in texts
+  offsets = collections.Counter(e.split("-")[0] for e in wordnet_graph.entity_ids)
+  suffixed = {e.split("-")[0] for e in wordnet_graph.entity_ids if "-" in e}
+  assert all(offsets[o] == 1 for o in offsets if o not in suffixed)
+  # WN18RR's texts are "lemma, gloss" too, with some lemma of the synset (here always the first).
+  reference = kg_files.read_id_texts(shared_data_dir / "wn18rr" / "entity2text.txt")
+  assert texts["00590383"] == "chieftaincy, the position of chieftain"
+  assert reference["00590383"] == "chieftainship, the position of chieftain"
+  shared = [e for e in reference if e in texts]
+  assert len(shared) > 40_000
+  assert all(reference[e].endswith(texts[e].partition(", ")[2]) for e in shared)
+  assert sum(reference[e] == texts[e] for e in shared) / len(shared) > 0.55
+
+
+def test_generic_directory_builder(tmp_path, tfds_dir):
+  directory = tmp_path / "My KG"
+  directory.mkdir()
+  (directory / "entity2text.txt").write_text("a\tapple\nb\tbanana\nc\tcherry\nd\tdate\n")
+  (directory / "train.tsv").write_text("a\tlikes\tb\nb\tlikes\tc\n")
+  (directory / "dev.tsv").write_text("c\tlikes\td\n")
+  (directory / "test.tsv").write_text("d\thates\ta\n")
+  kg = knowledge_graph.load_knowledge_graph(os.fspath(directory), data_dir=tfds_dir)
+  assert kg.name.startswith("kg_directory/my_kg_")
+  assert kg.entity_texts == ["apple", "banana", "cherry", "date"]
+  assert _triple_ids(kg, "test") == [("d", "hates", "a")]
+  assert kg.entity_split["validation"].tolist() == [3]  # d is first seen in dev; a transductive split.
+  first_name = kg_directory.directory_config(directory).name
+  (directory / "test.tsv").write_text("d\thates\ta\nd\tlikes\ta\n")
+  assert kg_directory.directory_config(directory).name != first_name
+  assert len(knowledge_graph.load_knowledge_graph(os.fspath(directory), data_dir=tfds_dir).triples["test"]) == 2
+
+
+def test_config_names():
+  assert kg_directory.parse_config_name("subgraph_3000") == (3000, 0)
+  assert kg_directory.parse_config_name("full_seed4") == (None, 4)
+  assert kg_directory.config_name(500, 2) == "subgraph_500_seed2"
+  with pytest.raises(ValueError, match="not 'full' or 'subgraph_<N>'"):
+    kg_directory.parse_config_name("subgraph")
+  with pytest.raises(ValueError, match="Unknown knowledge graph"):
+    knowledge_graph.make_builder("no_such_graph")
+
+
+def test_builds_and_reads_without_tensorflow(tmp_path):
+  """Builds and reads a small graph in a process where TensorFlow cannot be imported."""
+  directory = tmp_path / "kg"
+  directory.mkdir()
+  (directory / "entity2text.txt").write_text("a\tapple\nb\tbanana\nc\tcherry\n")
+  (directory / "train.tsv").write_text("a\tr\tb\n")
+  (directory / "dev.tsv").write_text("b\tr\tc\n")
+  (directory / "test.tsv").write_text("c\tr\ta\n")
+  script = textwrap.dedent(f"""
+      import importlib.machinery, sys
+
+      class HideTensorflow:
+        def find_spec(self, name, path=None, target=None):
+          if name == "tensorflow" or name.startswith("tensorflow."):
+            return None
+          return importlib.machinery.PathFinder.find_spec(name, path, target)
+
+      sys.meta_path[:] = [HideTensorflow() if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+      from docent_jax.data import knowledge_graph
+      kg = knowledge_graph.load_knowledge_graph({os.fspath(directory)!r}, data_dir={os.fspath(tmp_path / "tfds")!r})
+      assert kg.triples["test"].tolist() == [[2, 0, 0]], kg.triples
+      assert kg.triple_sources["train"][0]["head"] == 0
+      loaded = [m for m in sys.modules if m == "tensorflow" or m.startswith("tensorflow.")]
+      assert not loaded, loaded
+      print("ok")
+  """)
+  result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=pathlib.Path(__file__).resolve().parent.parent)
+  assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
