@@ -11,7 +11,7 @@ from typing import Any
 from absl import logging
 import flax.linen as nn
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 import ml_collections
 import numpy as np
 
@@ -51,7 +51,9 @@ def create_mesh(config: ml_collections.ConfigDict) -> Mesh:
     raise ValueError(f"mesh.shape {tuple(shape)} needs {math.prod(shape)} devices; there are {num_devices}.")
   if math.prod(shape) < num_devices:
     logging.warning("mesh.shape %s uses %d of %d devices.", tuple(shape), math.prod(shape), num_devices)
-  return jax.make_mesh(tuple(shape), (DATA_AXIS, MODEL_AXIS), devices=jax.devices()[:math.prod(shape)])
+  # Auto axes: XLA propagates shardings from the declared inputs and outputs of each jit.
+  return jax.make_mesh(tuple(shape), (DATA_AXIS, MODEL_AXIS), axis_types=(AxisType.Auto, AxisType.Auto),
+                       devices=jax.devices()[:math.prod(shape)])
 
 def rules_from_config(config: ml_collections.ConfigDict) -> tuple[tuple[str, Any], ...]:
   """Default rules, with any overrides from `config.rules` (a sequence of (name, mesh axes))."""

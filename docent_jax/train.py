@@ -86,11 +86,15 @@ class Trainer:
     """Shapes and target shardings of the state on this run's mesh; restoring needs no real init."""
     params = jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
                           nn.unbox(self.abstract_params), self.param_shardings)
-    # The optimizer state follows the params' shardings through XLA's propagation.
-    opt_shardings = jax.jit(self.optimizer.init).lower(params).compile().output_shardings
+    # The optimizer state follows the params' shardings through XLA's propagation; leaves that
+    # depend on no param (step counts) are replicated.
+    replicated = parallel.replicated(self.mesh)
+    opt_shardings = jax.tree.map(
+        lambda sharding: sharding if sharding.device_set == replicated.device_set else replicated,
+        jax.jit(self.optimizer.init).lower(params).compile().output_shardings)
     opt_state = jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
                              jax.eval_shape(self.optimizer.init, params), opt_shardings)
-    step = jax.ShapeDtypeStruct((), jnp.int32, sharding=parallel.replicated(self.mesh))
+    step = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
     return TrainState(step=step, params=params, opt_state=opt_state)
 
   def initial_state(self) -> TrainState:

@@ -112,6 +112,6 @@ def test_orbax_saves_iterator_state_with_params(kg, entity_tokens, tmp_path):
 
 
 def test_batch_larger_than_shard_is_rejected(kg, entity_tokens):
-  with pytest.raises(ValueError, match="smaller than one batch"):
+  with pytest.raises(ValueError, match="fewer than one batch"):
     pipeline.triple_batches(kg.triple_sources["train"], entity_tokens,
                             global_batch_size=len(kg.triples["train"]) + 1, seed=0)

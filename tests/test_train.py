@@ -31,9 +31,14 @@ def tfds_dir(tmp_path_factory) -> pathlib.Path:
 
 
 def _final_params(workdir: pathlib.Path) -> dict:
-  manager = ocp.CheckpointManager(workdir / "checkpoints", item_names=("state", "data"))
-  restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
-  return restored["state"]["params"]
+  """The latest checkpoint's params, onto this process's first device whatever topology wrote them."""
+  directory = workdir / "blp_transe" / "checkpoints"
+  step = max(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+  checkpointer = ocp.StandardCheckpointer()
+  metadata = checkpointer.metadata(directory / str(step) / "state").item_metadata
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), metadata)
+  return checkpointer.restore(directory / str(step) / "state", target)["params"]
 
 
 def _assert_trees_close(a, b, atol=1e-5):

@@ -6,59 +6,47 @@ import jax
 import numpy as np
 
 
-class _SelectTriple(grain.transforms.Map):
-  """Keeps a triple record's indices (TFDS records also carry the unused entity fields)."""
-
-  def map(self, record: dict[str, Any]) -> dict[str, np.ndarray]:
-    return {key: np.int32(record[key]) for key in ("head", "relation", "tail")}
-
-
-class _AddTokens(grain.transforms.Map):
-  """Looks up the head and tail token ids of a batch."""
-
-  def __init__(self, entity_tokens: np.ndarray):
-    self._entity_tokens = entity_tokens
-
-  def map(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {**batch, "head_tokens": self._entity_tokens[batch["head"]],
-            "tail_tokens": self._entity_tokens[batch["tail"]]}
-
-
 def triple_batches(source: Any, entity_tokens: np.ndarray, *, global_batch_size: int, seed: int,
-                   shuffle: bool = True, num_epochs: int | None = None, worker_count: int = 0) -> grain.DataLoader:
-  """Batches of training triples for this process.
+                   shuffle: bool = True, num_epochs: int | None = None) -> grain.IterDataset:
+  """Batches of training triples; each process gets its slice of every global batch.
 
-  Each process reads its own shard of `source` and gets batches of
-  global_batch_size // jax.process_count() triples (an incomplete last batch is
-  dropped). Iterate the loader; its iterator's get_state() / set_state()
-  resume exactly where the state was taken.
+  The order of the global batches depends only on the seed, not on the number of processes: all
+  processes draw the same permutation of record indices (cheap), cut it into global batches, and
+  read only the records of their own slice. So a run on N hosts sees exactly the batches of a run
+  on one. Each epoch is a new permutation; an incomplete last batch is dropped.
 
   Args:
-    source: a random-access source of records with 'head', 'relation' and
-      'tail' (e.g. `KnowledgeGraph.triple_sources['train']`).
+    source: a random-access source of records with 'head', 'relation' and 'tail' (e.g.
+      `KnowledgeGraph.triple_sources['train']`).
     entity_tokens: int32 [num_entities, max_len] token ids of each entity.
     global_batch_size: triples per step over all processes.
     seed: shuffling seed.
-    shuffle: shuffle every epoch.
+    shuffle: a new permutation every epoch (else file order).
     num_epochs: epochs to run; None repeats forever.
-    worker_count: grain worker processes (0: in the main process).
 
   Returns:
-    A grain DataLoader yielding dicts of numpy arrays: 'head', 'relation',
-    'tail' int32 [b] and 'head_tokens', 'tail_tokens' int32 [b, max_len].
+    A grain dataset; its iterator yields dicts of numpy arrays 'head', 'relation', 'tail' int32 [b]
+    and 'head_tokens', 'tail_tokens' int32 [b, max_len], with b = global_batch_size / processes,
+    and its get_state() / set_state() resume exactly where the state was taken.
   """
-  process_count = jax.process_count()
+  process_count, process_index = jax.process_count(), jax.process_index()
   if global_batch_size % process_count:
     raise ValueError(f"global_batch_size {global_batch_size} is not divisible by {process_count} processes.")
+  if len(source) < global_batch_size:
+    raise ValueError(f"{len(source)} training triples are fewer than one batch of {global_batch_size}.")
   local_batch_size = global_batch_size // process_count
-  shard_options = grain.sharding.ShardByJaxProcess(drop_remainder=True)
-  if len(source) // process_count < local_batch_size:
-    raise ValueError(f"Each process's shard of {len(source)} triples is smaller than one batch of {local_batch_size}.")
-  sampler = grain.samplers.IndexSampler(
-      num_records=len(source), shard_options=shard_options, shuffle=shuffle, num_epochs=num_epochs, seed=seed)
-  return grain.DataLoader(
-      data_source=source,
-      sampler=sampler,
-      operations=[_SelectTriple(), grain.transforms.Batch(local_batch_size, drop_remainder=True),
-                  _AddTokens(np.asarray(entity_tokens, np.int32))],
-      worker_count=worker_count)
+  entity_tokens = np.asarray(entity_tokens, np.int32)
+
+  def read_local_slice(global_indices: np.ndarray) -> dict[str, np.ndarray]:
+    start = process_index * local_batch_size
+    records = [source[int(i)] for i in global_indices[start:start + local_batch_size]]
+    batch = {key: np.array([r[key] for r in records], np.int32) for key in ("head", "relation", "tail")}
+    return {**batch, "head_tokens": entity_tokens[batch["head"]], "tail_tokens": entity_tokens[batch["tail"]]}
+
+  indices = grain.MapDataset.range(len(source))
+  if shuffle:
+    indices = indices.shuffle(seed=seed)
+  return (indices.repeat(num_epochs)
+          .batch(global_batch_size, drop_remainder=True)
+          .map(read_local_slice)
+          .to_iter_dataset())

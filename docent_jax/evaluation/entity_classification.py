@@ -1,0 +1,85 @@
+"""Entity classification with a linear probe on frozen entity embeddings (BLP protocol).
+
+L2-regularised multinomial logistic regression (scikit-learn). C is chosen by dev-set accuracy
+(the first best C on ties, in the order given), the model is refit on train + dev with that C, and
+test accuracy and balanced accuracy are reported. BLP used raw features and C in
+{1e4, 1e3, 1e2, 10, 1, 0.1}; standardising features is optional.
+
+Test labels never seen in training cannot be predicted. Their examples stay in the test set (they
+count as errors, as in BLP), and their number is logged and returned.
+"""
+from collections.abc import Sequence
+
+from absl import logging
+import numpy as np
+from sklearn import linear_model
+from sklearn import pipeline
+from sklearn import preprocessing
+
+from docent_jax.evaluation import metrics
+
+BLP_C_VALUES = (1e4, 1e3, 1e2, 10.0, 1.0, 0.1)
+
+
+def _check_split(x: np.ndarray, y: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+  x, y = np.asarray(x), np.asarray(y)
+  if x.ndim != 2 or y.ndim != 1 or len(x) != len(y) or not len(y):
+    raise ValueError(f"{name}: expected features [n, d] and labels [n] with n > 0; got {x.shape} and {y.shape}.")
+  if not np.isfinite(x).all():
+    raise ValueError(f"{name}: features hold NaN or infinite values.")
+  return x, y
+
+
+def _count_unseen(y: np.ndarray, seen: np.ndarray, name: str) -> int:
+  unseen = ~np.isin(y, seen)
+  if unseen.any():
+    logging.warning("%s: %d of %d examples have a label absent from training (%s); they count as errors.",
+                    name, int(unseen.sum()), len(y), sorted(set(y[unseen].tolist())))
+  return int(unseen.sum())
+
+
+def _classifier(c: float, standardize: bool, max_iter: int) -> pipeline.Pipeline:
+  steps = [preprocessing.StandardScaler()] if standardize else []
+  return pipeline.make_pipeline(*steps, linear_model.LogisticRegression(C=c, max_iter=max_iter))
+
+
+def evaluate_entity_classification(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray, dev_y: np.ndarray,
+                                   test_x: np.ndarray, test_y: np.ndarray,
+                                   c_values: Sequence[float] = BLP_C_VALUES, standardize: bool = False,
+                                   max_iter: int = 1000) -> dict[str, float | int]:
+  """Selects C on dev accuracy, refits on train + dev, and scores the test split.
+
+  Returns:
+    'accuracy' and 'balanced_accuracy' on test, the chosen 'c', its 'dev_accuracy', and
+    'dev_unseen_labels' / 'test_unseen_labels': examples whose label the classifier never saw.
+  """
+  train_x, train_y = _check_split(train_x, train_y, "train")
+  dev_x, dev_y = _check_split(dev_x, dev_y, "dev")
+  test_x, test_y = _check_split(test_x, test_y, "test")
+  if not (train_x.shape[1] == dev_x.shape[1] == test_x.shape[1]):
+    raise ValueError(f"Feature sizes differ: train {train_x.shape[1]}, dev {dev_x.shape[1]}, test {test_x.shape[1]}.")
+  if len(np.unique(train_y)) < 2:
+    raise ValueError("train: needs at least two classes.")
+  if not c_values:
+    raise ValueError("c_values is empty.")
+  dev_unseen = _count_unseen(dev_y, train_y, "dev")
+
+  best_c, best_dev_accuracy = None, -1.0
+  for c in c_values:
+    dev_accuracy = metrics.accuracy(dev_y, _classifier(c, standardize, max_iter).fit(train_x, train_y).predict(dev_x))
+    logging.info("Entity classification: C=%g, dev accuracy %.4f.", c, dev_accuracy)
+    if dev_accuracy > best_dev_accuracy:
+      best_c, best_dev_accuracy = c, dev_accuracy
+
+  train_dev_x = np.concatenate([train_x, dev_x])
+  train_dev_y = np.concatenate([train_y, dev_y])
+  test_unseen = _count_unseen(test_y, train_dev_y, "test")
+  test_predictions = _classifier(best_c, standardize, max_iter).fit(train_dev_x, train_dev_y).predict(test_x)
+  return {
+      "accuracy": metrics.accuracy(test_y, test_predictions),
+      "balanced_accuracy": metrics.balanced_accuracy(test_y, test_predictions),
+      "c": float(best_c),
+      "dev_accuracy": best_dev_accuracy,
+      "dev_unseen_labels": dev_unseen,
+      "test_unseen_labels": test_unseen,
+  }

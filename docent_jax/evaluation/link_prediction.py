@@ -1,0 +1,279 @@
+"""Filtered link prediction: rank the true head and tail of each triple among candidate entities.
+
+Protocol (BLP; the "filtered" setting of Bordes et al. 2013):
+  * Every eval triple (h, r, t) makes two queries: (h, r, ?) with target t and (?, r, t) with
+    target h. The target is ranked among `candidate_entities` ('dynamic' setting: all entities of
+    the KG; 'transfer' setting: the test entities only).
+  * Every other true answer of the query, from `filter_triples` or from the eval triples
+    themselves, is left out of the ranking. A tie counts half (see `metrics`).
+  * A query whose target is not a candidate cannot be ranked; it is skipped, counted in
+    `{direction}/num_skipped` and logged. In BLP's settings this does not happen: 'dynamic' ranks
+    among all entities and 'transfer' test triples hold test entities only.
+
+Implementation: candidate embeddings are gathered once, into blocks. Each batch of queries is one
+jitted call that scores the candidates block by block (a matmul for the bilinear functions) and
+counts, per query, the candidates above or tied with the target; only the [Q] ranks come back.
+Known answers live in a CSR map (query key -> candidate positions), padded per batch to
+[Q, width] with width a power of two, so there is no dense [T, N] filter and only a few shapes
+are compiled.
+"""
+import dataclasses
+import functools
+
+from absl import logging
+import jax
+from jax.experimental import multihost_utils
+import jax.numpy as jnp
+from jax.sharding import AxisType, Mesh, NamedSharding
+import numpy as np
+
+from docent_jax import parallel
+from docent_jax.evaluation import metrics
+from docent_jax.models import relations
+
+Array = jax.Array | np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class _KnownAnswers:
+  """Sorted query keys and, per key, the candidate positions of its true answers (CSR)."""
+
+  keys: np.ndarray  # [K] int64, sorted and unique
+  starts: np.ndarray  # [K + 1] offsets into `positions`
+  positions: np.ndarray  # int32 candidate positions, grouped by key
+
+  @classmethod
+  def build(cls, keys: np.ndarray, positions: np.ndarray) -> "_KnownAnswers":
+    order = np.lexsort((positions, keys))
+    keys, positions = keys[order], positions[order]
+    unique_keys, starts = np.unique(keys, return_index=True)
+    return cls(unique_keys, np.append(starts, len(keys)), positions.astype(np.int32))
+
+  def spans(self, query_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start, count) of each query key's answers; count 0 for unknown keys."""
+    index = np.searchsorted(self.keys, query_keys)
+    found = index < len(self.keys)
+    found[found] = self.keys[index[found]] == query_keys[found]
+    index = np.where(found, index, 0)
+    counts = np.where(found, self.starts[index + 1] - self.starts[index], 0)
+    return self.starts[index], counts
+
+  def padded(self, starts: np.ndarray, counts: np.ndarray, width: int, fill: int) -> np.ndarray:
+    """[Q, width] answer positions, padded with `fill`."""
+    slot = np.arange(width)
+    valid = slot[None, :] < counts[:, None]
+    offsets = np.where(valid, starts[:, None] + slot[None, :], 0)
+    values = self.positions[offsets] if self.positions.size else np.zeros(offsets.shape, np.int32)
+    return np.where(valid, values, fill).astype(np.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("scoring_fn", "predict_tails", "num_candidates"))
+def _filtered_ranks(scoring_fn: relations.ScoringFunction, predict_tails: bool, num_candidates: int,
+                    entity_embeddings: jax.Array, relation_embeddings: jax.Array, candidate_blocks: jax.Array,
+                    given_entity: jax.Array, relation: jax.Array, target: jax.Array, known: jax.Array) -> jax.Array:
+  """Tie-averaged filtered rank of each query's target among the candidates: [Q].
+
+  candidate_blocks: [num_blocks, block_size, d], the candidates in order, zero-padded at the end.
+  target: [Q] candidate positions. known: [Q, W] candidate positions of true answers, padded with
+  `num_candidates`. Scores exist only one [Q, block_size] block at a time, which stays in cache.
+  """
+  given = entity_embeddings[given_entity]
+  relation = relation_embeddings[relation]
+  num_blocks, block_size, dim = candidate_blocks.shape
+  target_embeddings = candidate_blocks.reshape(num_blocks * block_size, dim)[target]
+  # Left out of the counts: the target (it ties with itself) and every other known answer.
+  excluded = jnp.concatenate([jnp.where(known == target[:, None], num_candidates, known), target[:, None]], axis=1)
+  excluded_valid = excluded < num_candidates
+
+  def score(candidates):
+    if predict_tails:
+      return scoring_fn.score_tails(given, relation, candidates)
+    return scoring_fn.score_heads(relation, given, candidates)
+
+  def half_ranks(scores, target_score):
+    # Two per higher score, one per tie: integer half-ranks stay exact however many candidates.
+    return jnp.where(scores > target_score, 2, jnp.where(scores == target_score, 1, 0))
+
+  def count_block(total, block_and_offset):
+    block, offset = block_and_offset
+    # The targets ride along as extra candidates, so their scores come out of the same product
+    # as the block's, and a candidate with the target's embedding ties with it exactly.
+    scores = score(jnp.concatenate([block, target_embeddings]))
+    block_scores = scores[:, :block_size]
+    target_score = jnp.diagonal(scores[:, block_size:])[:, None]
+    in_range = offset + jnp.arange(block_size) < num_candidates
+    total += jnp.sum(jnp.where(in_range, half_ranks(block_scores, target_score), 0), axis=1)
+    local = excluded - offset
+    inside = excluded_valid & (local >= 0) & (local < block_size)
+    excluded_scores = jnp.take_along_axis(block_scores, jnp.clip(local, 0, block_size - 1), axis=1)
+    total -= jnp.sum(jnp.where(inside, half_ranks(excluded_scores, target_score), 0), axis=1)
+    return total, target_score[:, 0]
+
+  offsets = jnp.arange(num_blocks) * block_size
+  total, target_scores = jax.lax.scan(count_block, jnp.zeros(given.shape[0], jnp.int32), (candidate_blocks, offsets))
+  ranks = 1.0 + 0.5 * total.astype(jnp.float32)
+  return jnp.where(jnp.isfinite(target_scores[0]), ranks, jnp.nan)
+
+
+@functools.partial(jax.jit, static_argnames=("block_size",))
+def _candidate_blocks(entity_embeddings: jax.Array, candidates: jax.Array, block_size: int) -> jax.Array:
+  """[num_blocks, block_size, d] candidate embeddings, zero-padded to whole blocks."""
+  rows = entity_embeddings[candidates]
+  padding = -rows.shape[0] % block_size
+  return jnp.pad(rows, ((0, padding), (0, 0))).reshape(-1, block_size, rows.shape[1])
+
+
+def _auto_axes(mesh: Mesh) -> Mesh:
+  """The same mesh with automatic sharding propagation, so the ranking code needs no annotations."""
+  return Mesh(mesh.devices, mesh.axis_names, axis_types=(AxisType.Auto,) * len(mesh.axis_names))
+
+
+def _on_device(array: Array, mesh: Mesh | None) -> jax.Array:
+  """A jax.Array; sharded arrays keep their layout (on automatic axes), others go to `mesh`."""
+  if isinstance(array, jax.Array) and isinstance(array.sharding, NamedSharding):
+    return jax.device_put(array, NamedSharding(_auto_axes(array.sharding.mesh), array.sharding.spec))
+  if isinstance(array, jax.Array) or mesh is None:
+    return jnp.asarray(array)
+  return jax.device_put(array, parallel.replicated(mesh))
+
+
+def _check_triples(triples: Array, name: str, num_entities: int, num_relations: int) -> np.ndarray:
+  triples = np.asarray(triples)
+  if triples.ndim != 2 or triples.shape[1] != 3 or not np.issubdtype(triples.dtype, np.integer):
+    raise ValueError(f"{name} must be an integer array [T, 3] of (head, relation, tail); "
+                     f"got {triples.dtype} {triples.shape}.")
+  for column, (what, limit) in enumerate((("head", num_entities), ("relation", num_relations),
+                                          ("tail", num_entities))):
+    bad = np.flatnonzero((triples[:, column] < 0) | (triples[:, column] >= limit))
+    if bad.size:
+      raise ValueError(f"{name} row {bad[0]}: {what} index {triples[bad[0], column]} is outside [0, {limit}) "
+                       f"({bad.size} such rows).")
+  return triples.astype(np.int64)
+
+
+def _check_candidates(candidate_entities: Array, num_entities: int) -> np.ndarray:
+  candidates = np.asarray(candidate_entities)
+  if candidates.ndim != 1 or not candidates.size or not np.issubdtype(candidates.dtype, np.integer):
+    raise ValueError(f"candidate_entities must be a non-empty 1-D integer array; got {candidates.dtype} "
+                     f"{candidates.shape}.")
+  bad = np.flatnonzero((candidates < 0) | (candidates >= num_entities))
+  if bad.size:
+    raise ValueError(f"candidate_entities[{bad[0]}] = {candidates[bad[0]]} is outside [0, {num_entities}).")
+  unique, counts = np.unique(candidates, return_counts=True)
+  if (counts > 1).any():
+    raise ValueError(f"candidate_entities holds entity {unique[counts > 1][0]} more than once "
+                     f"({int((counts > 1).sum())} duplicated entities).")
+  return candidates.astype(np.int64)
+
+
+def _direction_ranks(scoring_fn: relations.ScoringFunction, predict_tails: bool, tables: tuple[jax.Array, ...],
+                     eval_triples: np.ndarray, known_triples: np.ndarray, candidate_position: np.ndarray,
+                     num_candidates: int, num_relations: int, batch_size: int,
+                     mesh: Mesh | None) -> tuple[np.ndarray, int]:
+  """Ranks of the rankable queries of one direction, and how many were skipped."""
+  given_column, target_column = (0, 2) if predict_tails else (2, 0)
+  known = _KnownAnswers.build(known_triples[:, given_column] * num_relations + known_triples[:, 1],
+                              candidate_position[known_triples[:, target_column]])
+  target = candidate_position[eval_triples[:, target_column]]
+  rankable = target >= 0
+  queries, target = eval_triples[rankable], target[rankable]
+  num_skipped = int((~rankable).sum())
+  if num_skipped:
+    logging.warning("Skipped %d of %d %s-prediction queries: their target is not among the %d candidates.",
+                    num_skipped, len(eval_triples), "tail" if predict_tails else "head", num_candidates)
+  starts, counts = known.spans(queries[:, given_column] * num_relations + queries[:, 1])
+  batch_ranks = []
+  for begin in range(0, len(queries), batch_size):
+    end = min(begin + batch_size, len(queries))
+    # The last batch is padded to the full size so that it reuses the compiled shape.
+    rows = np.minimum(np.arange(begin, begin + batch_size), end - 1)
+    width = 1 << (int(counts[begin:end].max(initial=1)) - 1).bit_length()
+    batch = (queries[rows, given_column].astype(np.int32), queries[rows, 1].astype(np.int32),
+             target[rows].astype(np.int32), known.padded(starts[rows], counts[rows], width, num_candidates))
+    if mesh is not None:
+      batch = tuple(jax.device_put(x, parallel.batch_sharding(mesh)) for x in batch)
+    ranks = _filtered_ranks(scoring_fn, predict_tails, num_candidates, *tables, *batch)
+    batch_ranks.append((ranks, end - begin))
+  # Fetch after dispatching every batch, so that host work overlaps with device work.
+  if mesh is not None:
+    fetched = [np.asarray(multihost_utils.process_allgather(r, tiled=True))[:n] for r, n in batch_ranks]
+  else:
+    fetched = [np.asarray(r)[:n] for r, n in batch_ranks]
+  return (np.concatenate(fetched) if fetched else np.zeros(0, np.float32)), num_skipped
+
+
+def evaluate_link_prediction(scoring_fn: relations.ScoringFunction | str, entity_embeddings: Array,
+                             relation_embeddings: Array, eval_triples: Array, candidate_entities: Array,
+                             filter_triples: Array, batch_size: int = 256, candidate_block: int = 4096,
+                             mesh: Mesh | None = None) -> dict[str, float | int]:
+  """Filtered MRR and Hits@1/3/10 of head and tail prediction (see the module docstring).
+
+  Args:
+    scoring_fn: a `relations.ScoringFunction` or its registered name.
+    entity_embeddings: [N, d] embeddings of all entities of the KG, by global entity index.
+    relation_embeddings: [R, relation_dim(d)].
+    eval_triples: [T, 3] integer (head, relation, tail) triples to evaluate.
+    candidate_entities: [C] unique global entity indices to rank among.
+    filter_triples: [K, 3] known true triples (e.g. train + dev + test); the eval triples are
+      always added.
+    batch_size: queries per jitted call; with `mesh`, a multiple of its data axis size.
+    candidate_block: candidates scored at once; bounds the scores held to [batch_size, block].
+    mesh: optional mesh; query batches are split over its data axis. Tables passed as sharded
+      jax.Arrays keep their layout; others are replicated.
+
+  Returns:
+    'mrr', 'hits@1', 'hits@3', 'hits@10' over both directions, the same per direction under
+    'tail/' and 'head/', and 'num_queries', 'tail/num_skipped', 'head/num_skipped'.
+  """
+  if isinstance(scoring_fn, str):
+    scoring_fn = relations.get_scoring_function(scoring_fn)
+  if batch_size < 1 or candidate_block < 1:
+    raise ValueError(f"batch_size and candidate_block must be positive, got {batch_size} and {candidate_block}.")
+  if np.ndim(entity_embeddings) != 2 or np.ndim(relation_embeddings) != 2:
+    raise ValueError(f"Expected entity_embeddings [N, d] and relation_embeddings [R, dr]; got shapes "
+                     f"{np.shape(entity_embeddings)} and {np.shape(relation_embeddings)}.")
+  (num_entities, entity_dim), (num_relations, relation_dim) = np.shape(entity_embeddings), np.shape(relation_embeddings)
+  if relation_dim != scoring_fn.relation_dim(entity_dim):
+    raise ValueError(f"{scoring_fn.name} with entity dim {entity_dim} needs relation dim "
+                     f"{scoring_fn.relation_dim(entity_dim)}; relation_embeddings has {relation_dim}.")
+  eval_triples = _check_triples(eval_triples, "eval_triples", num_entities, num_relations)
+  filter_triples = _check_triples(filter_triples, "filter_triples", num_entities, num_relations)
+  candidates = _check_candidates(candidate_entities, num_entities)
+  if not len(eval_triples):
+    raise ValueError("eval_triples is empty.")
+
+  mesh = _auto_axes(mesh) if mesh is not None else None
+  entity_embeddings = _on_device(entity_embeddings, mesh)
+  relation_embeddings = _on_device(relation_embeddings, mesh)
+  for name, table in (("entity_embeddings", entity_embeddings), ("relation_embeddings", relation_embeddings)):
+    if not bool(jnp.isfinite(table).all()):
+      raise ValueError(f"{name} holds NaN or infinite values.")
+  block_size = min(candidate_block, len(candidates))
+  candidate_blocks = _candidate_blocks(entity_embeddings, _on_device(candidates.astype(np.int32), mesh), block_size)
+  tables = (entity_embeddings, relation_embeddings, candidate_blocks)
+
+  candidate_position = np.full(num_entities, -1, np.int64)
+  candidate_position[candidates] = np.arange(len(candidates))
+  # One int64 key per triple makes the de-duplication a flat sort.
+  all_triples = np.concatenate([filter_triples, eval_triples])
+  keys = np.unique((all_triples[:, 0] * num_relations + all_triples[:, 1]) * num_entities + all_triples[:, 2])
+  known_triples = np.stack([keys // num_entities // num_relations, keys // num_entities % num_relations,
+                            keys % num_entities], axis=1)
+  results: dict[str, float | int] = {}
+  all_ranks = []
+  for direction, predict_tails in (("tail", True), ("head", False)):
+    # Answers that are not candidates are never ranked, so they need no filtering.
+    target_column = 2 if predict_tails else 0
+    direction_known = known_triples[candidate_position[known_triples[:, target_column]] >= 0]
+    ranks, num_skipped = _direction_ranks(scoring_fn, predict_tails, tables, eval_triples, direction_known,
+                                          candidate_position, len(candidates), num_relations, batch_size, mesh)
+    results[f"{direction}/num_skipped"] = num_skipped
+    if ranks.size:
+      results.update({f"{direction}/{k}": v for k, v in metrics.ranking_metrics(ranks).items()})
+    all_ranks.append(ranks)
+  ranks = np.concatenate(all_ranks)
+  if not ranks.size:
+    raise ValueError(f"No eval triple has a head or tail among the {len(candidates)} candidates.")
+  results.update(metrics.ranking_metrics(ranks))
+  results["num_queries"] = int(ranks.size)
+  return results

