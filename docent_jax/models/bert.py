@@ -77,12 +77,52 @@ def _dense(features: int, config: BertConfig, axes: tuple[str | None, str | None
                   bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[-1:]))
 
 
-def _layer_norm(config: BertConfig, dtype: Dtype, param_dtype: Dtype, name: str) -> nn.LayerNorm:
-  # Two-pass variance, as PyTorch computes it; the one-pass form loses digits the parity test sees.
-  return nn.LayerNorm(epsilon=config.layer_norm_eps, dtype=dtype, param_dtype=param_dtype, name=name,
-                      use_fast_variance=False,
-                      scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
-                      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("norm",)))
+class LayerNorm(nn.Module):
+  """LayerNorm over the last axis, statistics in float32, as PyTorch computes it (two-pass variance).
+
+  Spelled out rather than `nn.LayerNorm`, whose [batch, length, hidden] product of scale and inverse
+  deviation XLA on CPU materialises for the backward pass.
+  """
+  epsilon: float
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    features = x.shape[-1]
+    scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("norm",)), (features,),
+                       self.param_dtype)
+    bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("norm",)), (features,),
+                      self.param_dtype)
+    x = x.astype(jnp.float32)
+    centered = x - jnp.mean(x, axis=-1, keepdims=True)
+    normalized = centered * jax.lax.rsqrt(jnp.mean(jnp.square(centered), axis=-1, keepdims=True) + self.epsilon)
+    return (normalized * scale.astype(jnp.float32) + bias.astype(jnp.float32)).astype(self.dtype)
+
+
+def _layer_norm(config: BertConfig, dtype: Dtype, param_dtype: Dtype, name: str) -> LayerNorm:
+  return LayerNorm(config.layer_norm_eps, dtype=dtype, param_dtype=param_dtype, name=name)
+
+
+def dropout(x: jax.Array, rate: float, rng: jax.Array) -> jax.Array:
+  """Inverted dropout from 16 random bits per element (drop probability round(rate * 2^16) / 2^16).
+
+  On CPU drawing the random bits is most of dropout's cost, so each 32-bit draw serves two
+  elements. The draw keeps x's leading axes, so a batch-sharded x needs no resharding.
+  """
+  if not 0.0 <= rate < 1.0:
+    raise ValueError(f"Dropout rate must be in [0, 1); got {rate}.")
+  last = x.shape[-1]
+  words = jax.random.bits(rng, (*x.shape[:-1], (last + 1) // 2), jnp.uint32)
+  halves = jax.lax.bitcast_convert_type(words, jnp.uint16).reshape(*x.shape[:-1], 2 * ((last + 1) // 2))
+  keep = halves[..., :last] >= jnp.uint16(round(rate * 65536))
+  return jnp.where(keep, x / jnp.asarray(1.0 - rate, x.dtype), jnp.zeros((), x.dtype))
+
+
+def _maybe_dropout(module: nn.Module, x: jax.Array, rate: float, deterministic: bool) -> jax.Array:
+  if deterministic or rate == 0.0:
+    return x
+  return dropout(x, rate, module.make_rng("dropout"))
 
 
 def attend(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array,
@@ -99,8 +139,7 @@ def attend(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array,
   # Same fill value as jax.nn.dot_product_attention, so both paths agree on fully padded rows.
   scores = jnp.where(mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min * 0.7)
   probs = jax.nn.softmax(scores, axis=-1)
-  keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
-  probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0).astype(value.dtype)
+  probs = dropout(probs, dropout_rate, dropout_rng).astype(value.dtype)
   return jnp.einsum("bhqk,bkhd->bqhd", probs, value)
 
 
@@ -119,7 +158,6 @@ class BertEmbeddings(nn.Module):
     self.position_embeddings = embed(config.max_position_embeddings, "position", "position_embeddings")
     self.token_type_embeddings = embed(config.type_vocab_size, "token_type", "token_type_embeddings")
     self.layer_norm = _layer_norm(config, self.dtype, self.param_dtype, "layer_norm")
-    self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
   def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array, *, deterministic: bool) -> jax.Array:
     length = input_ids.shape[-1]
@@ -128,7 +166,7 @@ class BertEmbeddings(nn.Module):
                        f"{self.config.max_position_embeddings}.")
     positions = self.position_embeddings.embedding[:length].astype(self.dtype)
     x = self.word_embeddings(input_ids) + positions + self.token_type_embeddings(token_type_ids)
-    return self.dropout(self.layer_norm(x), deterministic=deterministic)
+    return _maybe_dropout(self, self.layer_norm(x), self.config.hidden_dropout_prob, deterministic)
 
 
 class BertAttention(nn.Module):
@@ -156,7 +194,7 @@ class BertAttention(nn.Module):
                      config.attention_probs_dropout_prob, dropout_rng)
     context = context.reshape(*x.shape[:-1], hidden)
     out = _dense(hidden, config, ("heads", "embed"), self.dtype, self.param_dtype, "output")(context)
-    out = nn.Dropout(config.hidden_dropout_prob)(out, deterministic=deterministic)
+    out = _maybe_dropout(self, out, config.hidden_dropout_prob, deterministic)
     return _layer_norm(config, self.dtype, self.param_dtype, "layer_norm")(out + x)
 
 
@@ -174,7 +212,7 @@ class BertLayer(nn.Module):
                "intermediate")(x)
     h = ACTIVATIONS[config.hidden_act](h)
     h = _dense(config.hidden_size, config, ("mlp", "embed"), self.dtype, self.param_dtype, "output")(h)
-    h = nn.Dropout(config.hidden_dropout_prob)(h, deterministic=deterministic)
+    h = _maybe_dropout(self, h, config.hidden_dropout_prob, deterministic)
     return _layer_norm(config, self.dtype, self.param_dtype, "output_layer_norm")(h + x)
 
 

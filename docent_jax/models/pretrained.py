@@ -47,19 +47,20 @@ def resolve_model_dir(name_or_path: str) -> pathlib.Path:
   raise FileNotFoundError(f"{name_or_path!r} is neither a model alias ({sorted(MODEL_ALIASES)}) nor a directory.")
 
 
-def _read_state_dict(model_dir: pathlib.Path) -> dict[str, np.ndarray]:
+def _read_state_dict(model_dir: pathlib.Path) -> tuple[dict[str, np.ndarray], pathlib.Path]:
+  """The checkpoint's tensors by Hugging Face name, and the file they came from."""
   safetensors_path = model_dir / "model.safetensors"
   torch_path = model_dir / "pytorch_model.bin"
   if safetensors_path.is_file():
     from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
-    return load_file(str(safetensors_path))
+    return load_file(str(safetensors_path)), safetensors_path
   if torch_path.is_file():
     if importlib.util.find_spec("torch") is None:
       raise ImportError(f"{torch_path} is a PyTorch pickle and torch is not installed; install torch or "
                         "convert the checkpoint to model.safetensors.")
     import torch  # pylint: disable=g-import-not-at-top
     state = torch.load(str(torch_path), map_location="cpu", weights_only=True)
-    return {name: tensor.float().numpy() for name, tensor in state.items()}
+    return {name: tensor.float().numpy() for name, tensor in state.items()}, torch_path
   raise FileNotFoundError(f"{model_dir} has neither model.safetensors nor pytorch_model.bin.")
 
 
@@ -162,8 +163,8 @@ def load_bert(name_or_path: str) -> tuple[bert.BertConfig, dict[str, Any]]:
     config = bert.BertConfig.from_hf_dict(json.loads(config_path.read_text()))
   except (json.JSONDecodeError, TypeError, ValueError) as e:
     raise ValueError(f"{config_path}: not a usable BERT config: {e}") from e
-  state = _canonical_names(_read_state_dict(model_dir))
-  source = model_dir
+  state, source = _read_state_dict(model_dir)
+  state = _canonical_names(state)
 
   with_pooler = "pooler.dense.weight" in state
   ids = jnp.zeros((1, 1), jnp.int32)

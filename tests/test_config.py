@@ -1,0 +1,34 @@
+"""Configs and the objective registry fail clearly on names that do not exist."""
+import pytest
+
+from configs import blp
+from configs import default
+from docent_jax import objectives
+from docent_jax import train
+
+
+def test_unknown_objective_lists_valid_ones():
+  with pytest.raises(ValueError, match="valid objectives: \\['blp'\\]"):
+    objectives.get_objective("relic")
+
+
+def test_locked_config_rejects_unknown_keys_listing_present_ones():
+  config = blp.get_config("wn18rr")
+  config.lock()
+  with pytest.raises(AttributeError, match="global_batch_size"):
+    config.train.batch = 3
+
+
+def test_model_name_follows_scoring_function():
+  config = blp.get_config("wn18rr,distmult")
+  assert config.name == "blp_distmult"
+  config.model.scoring = "complex"
+  assert config.name == "blp_complex"
+
+
+def test_default_config_trains_blp_transe_beside_be_bow():
+  configs = train.model_configs(default.get_config())
+  assert [(c.name, c.model.encoder, c.model.scoring) for c in configs] == [
+      ("blp_transe", "bert", "transe"), ("be_bow", "bow", "transe")]
+  assert configs[1].train.to_dict() == configs[0].train.to_dict()  # Same budget and batches.
+  assert configs[1].data.to_dict() == configs[0].data.to_dict()
