@@ -17,10 +17,13 @@ def _projection(dim: int, dtype: jnp.dtype, name: str = "projection") -> nn.Dens
                   bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("features",)))
 
 
-def _word_embeddings(config: bert.BertConfig, dtype: jnp.dtype) -> nn.Embed:
-  return nn.Embed(config.vocab_size, config.hidden_size, dtype=dtype, name="word_embeddings",
-                  embedding_init=nn.with_logical_partitioning(
-                      nn.initializers.normal(config.initializer_range), ("vocab", "embed")))
+def _embed_words(tokens: jax.Array, config: bert.BertConfig, dtype: jnp.dtype) -> tuple[jax.Array, jax.Array]:
+  """Word-piece embeddings with padding zeroed, and the [B, L, 1] padding mask."""
+  mask = (tokens != 0)[..., None].astype(dtype)
+  table = nn.Embed(config.vocab_size, config.hidden_size, dtype=dtype, name="word_embeddings",
+                   embedding_init=nn.with_logical_partitioning(
+                       nn.initializers.normal(config.initializer_range), ("vocab", "embed")))
+  return table(tokens) * mask, mask
 
 
 class BertEncoder(nn.Module):
@@ -45,8 +48,7 @@ class BagOfWordsEncoder(nn.Module):
   @nn.compact
   def __call__(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
     del deterministic
-    mask = (tokens != 0)[..., None].astype(self.dtype)
-    embedded = _word_embeddings(self.config, self.dtype)(tokens) * mask
+    embedded, mask = _embed_words(tokens, self.config, self.dtype)
     mean = embedded.sum(axis=1) / jnp.maximum(mask.sum(axis=1), 1.0)
     return _projection(self.dim, self.dtype)(mean).astype(jnp.float32)
 
@@ -62,8 +64,7 @@ class CnnEncoder(nn.Module):
   @nn.compact
   def __call__(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
     del deterministic
-    mask = (tokens != 0)[..., None].astype(self.dtype)
-    x = _word_embeddings(self.config, self.dtype)(tokens) * mask
+    x, mask = _embed_words(tokens, self.config, self.dtype)
     conv_init = nn.with_logical_partitioning(nn.initializers.xavier_uniform(), (None, "embed", "features"))
     x = jnp.tanh(nn.Conv(self.dim, (self.kernel_size,), padding="SAME", dtype=self.dtype,
                          kernel_init=conv_init, name="conv1")(x))
