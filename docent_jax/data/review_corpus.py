@@ -1,0 +1,144 @@
+"""The in-memory review corpus (entities, sentences, tag and genre labels), loaded from the TFDS builders."""
+import dataclasses
+import os
+import pathlib
+from typing import Any
+
+from absl import logging
+import numpy as np
+import scipy.sparse
+import tensorflow_datasets as tfds
+
+from docent_jax.data import knowledge_graph
+from docent_jax.data import review_files
+from docent_jax.data.builders import reviews
+
+ENTITY_SPLITS = review_files.ENTITY_SPLITS
+BUILDERS: dict[str, type[reviews.ReviewBuilder]] = {
+    "imdb_movielens": reviews.ImdbMovielens,
+    "reviews2movielens": reviews.Reviews2Movielens,
+}
+
+
+@dataclasses.dataclass
+class ReviewCorpus:
+  """Entities, their review sentences and their labels.
+
+  Attributes:
+    name: the dataset name with its config, e.g. 'imdb_movielens/default'.
+    entity_ids: entity identifiers (MovieLens movieIds); list position is the entity index.
+    titles: entity titles ('' when unknown).
+    sentences: the training texts (sentences packed into short paragraphs).
+    sentence_entity: int32 [num_sentences] the entity index of each sentence.
+    sentence_review: int32 [num_sentences] the review index of each sentence.
+    entity_split: split -> sorted int32 indices of the entities of that split.
+    tags: the tag vocabulary (sorted).
+    tag_votes: int32 CSR [num_entities, num_tags], votes of each tag for each entity.
+    genres: the genre vocabulary (sorted).
+    genre_labels: bool [num_entities, num_genres].
+    sentence_source: TFDS data source of the sentences (for the input pipeline).
+    dropped: reason -> count of what preprocessing dropped.
+  """
+  name: str
+  entity_ids: list[str]
+  titles: list[str]
+  sentences: list[str]
+  sentence_entity: np.ndarray
+  sentence_review: np.ndarray
+  entity_split: dict[str, np.ndarray]
+  tags: list[str]
+  tag_votes: scipy.sparse.csr_matrix
+  genres: list[str]
+  genre_labels: np.ndarray
+  sentence_source: Any
+  dropped: dict[str, int]
+
+  @property
+  def num_entities(self) -> int:
+    return len(self.entity_ids)
+
+  @property
+  def num_reviews(self) -> int:
+    return int(self.sentence_review.max()) + 1 if len(self.sentence_review) else 0
+
+
+def make_builder(dataset: str, *, data_dir: str | os.PathLike[str] | None = None,
+                 options: review_files.PreprocessOptions | None = None) -> reviews.ReviewBuilder:
+  """The TFDS builder for a registered name ('imdb_movielens', 'imdb_movielens/minreviews1') or a directory."""
+  kwargs = dict(data_dir=os.fspath(data_dir) if data_dir is not None else None, file_format="array_record")
+  if os.path.isdir(dataset):
+    return reviews.ReviewTsv(config=reviews.directory_config(dataset, options or review_files.PreprocessOptions()),
+                             **kwargs)
+  name, _, config = dataset.partition("/")
+  if name not in BUILDERS:
+    raise ValueError(f"Unknown review dataset {dataset!r}: not a directory and not one of {sorted(BUILDERS)}.")
+  if config and options is not None:
+    raise ValueError(f"{dataset!r} names its config; do not also pass options.")
+  options = reviews.parse_config_name(config) if config else options or review_files.PreprocessOptions()
+  builder_class = BUILDERS[name]
+  config_name = reviews.config_name(options)
+  # TFDS takes the name of a predefined config, and rejects an equal-named config object.
+  config = config_name if config_name in builder_class.builder_configs else reviews.make_config(options)
+  return builder_class(config=config, **kwargs)
+
+
+def load_review_corpus(dataset: str, *, data_dir: str | os.PathLike[str] | None = None,
+                       manual_dir: str | os.PathLike[str] | None = None,
+                       options: review_files.PreprocessOptions | None = None) -> ReviewCorpus:
+  """Builds the dataset if needed (array_record under `data_dir`) and loads it.
+
+  Args:
+    dataset: 'imdb_movielens' or 'reviews2movielens', optionally with a config
+      name ('imdb_movielens/minreviews1_cap50'), or a directory of review TSV files.
+    data_dir: the TFDS data directory (TFDS's default when None).
+    manual_dir: the source files (for 'imdb_movielens', downloaded when None).
+    options: preprocessing options, when `dataset` names no config.
+
+  Returns:
+    The corpus.
+  """
+  if manual_dir is not None and not pathlib.Path(manual_dir).is_dir():
+    raise FileNotFoundError(f"Manual directory {manual_dir} does not exist.")
+  builder = make_builder(dataset, data_dir=data_dir, options=options)
+  download_config = tfds.download.DownloadConfig(manual_dir=os.fspath(manual_dir) if manual_dir else None)
+  builder.download_and_prepare(download_config=download_config)
+  sources = builder.as_data_source()
+  entities = knowledge_graph.read_columns(sources["entities"], ("id", "title", "split"))
+  sentences = knowledge_graph.read_columns(sources["sentences"], ("entity", "review", "text"))
+  # A dataset without tags or genres has no such split (TFDS cannot write an empty one).
+  tags = (knowledge_graph.read_columns(sources["tags"], ("entity", "tag", "votes")) if "tags" in sources
+          else {"entity": [], "tag": [], "votes": []})
+  genres = (knowledge_graph.read_columns(sources["genres"], ("entity", "genre")) if "genres" in sources
+            else {"entity": [], "genre": []})
+  num_entities = len(entities["id"])
+
+  tag_names = sorted(set(tags["tag"]))
+  tag_index = {tag: i for i, tag in enumerate(tag_names)}
+  tag_votes = scipy.sparse.csr_matrix(
+      (np.asarray(tags["votes"], np.int32), (np.asarray(tags["entity"], np.int64),
+                                             np.asarray([tag_index[t] for t in tags["tag"]], np.int64))),
+      shape=(num_entities, len(tag_names)), dtype=np.int32)
+  genre_names = sorted(set(genres["genre"]))
+  genre_index = {genre: i for i, genre in enumerate(genre_names)}
+  genre_labels = np.zeros((num_entities, len(genre_names)), bool)
+  genre_labels[np.asarray(genres["entity"], np.int64), [genre_index[g] for g in genres["genre"]]] = True
+
+  split_names = np.asarray(entities["split"])
+  corpus = ReviewCorpus(
+      name=f"{builder.name}/{builder.builder_config.name}",
+      entity_ids=entities["id"],
+      titles=entities["title"],
+      sentences=sentences["text"],
+      sentence_entity=np.asarray(sentences["entity"], np.int32).reshape(-1),
+      sentence_review=np.asarray(sentences["review"], np.int32).reshape(-1),
+      entity_split={split: np.flatnonzero(split_names == split).astype(np.int32) for split in ENTITY_SPLITS},
+      tags=tag_names,
+      tag_votes=tag_votes,
+      genres=genre_names,
+      genre_labels=genre_labels,
+      sentence_source=sources["sentences"],
+      dropped=dict(builder.info.metadata.get("dropped", {})))
+  logging.info("Loaded %s: %d entities, %d reviews, %d sentences, %d tags on %d entities, %d genres.",
+               corpus.name, corpus.num_entities, corpus.num_reviews, len(corpus.sentences), len(tag_names),
+               int((tag_votes.getnnz(axis=1) > 0).sum()), len(genre_names))
+  return corpus
