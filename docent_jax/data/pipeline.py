@@ -1,4 +1,5 @@
-"""Grain input pipeline of training triples with their entities' token ids."""
+"""Grain input pipelines: global batches of record indices, each process reading only its slice."""
+from collections.abc import Callable
 from typing import Any
 
 import grain
@@ -6,14 +7,36 @@ import jax
 import numpy as np
 
 
-def triple_batches(source: Any, entity_tokens: np.ndarray, *, global_batch_size: int, seed: int,
-                   shuffle: bool = True, num_epochs: int | None = None) -> grain.IterDataset:
-  """Batches of training triples; each process gets its slice of every global batch.
+def process_batches(num_records: int, read: Callable[[np.ndarray], dict[str, np.ndarray]], *,
+                    global_batch_size: int, seed: int, shuffle: bool = True,
+                    num_epochs: int | None = None) -> grain.IterDataset:
+  """Batches of records for this process; `read` turns this process's record indices into a batch.
 
   The order of the global batches depends only on the seed, not on the number of processes: all
   processes draw the same permutation of record indices (cheap), cut it into global batches, and
-  read only the records of their own slice. So a run on N hosts sees exactly the batches of a run
-  on one. Each epoch is a new permutation; an incomplete last batch is dropped.
+  `read` only the indices of their own slice. So a run on N hosts sees exactly the batches of a run
+  on one. Each epoch is a new permutation; an incomplete last batch is dropped. The iterator's
+  get_state() / set_state() resume exactly where the state was taken.
+  """
+  process_count, process_index = jax.process_count(), jax.process_index()
+  if global_batch_size % process_count:
+    raise ValueError(f"global_batch_size {global_batch_size} is not divisible by {process_count} processes.")
+  if num_records < global_batch_size:
+    raise ValueError(f"{num_records} records are fewer than one batch of {global_batch_size}.")
+  local_batch_size = global_batch_size // process_count
+  start = process_index * local_batch_size
+  indices = grain.MapDataset.range(num_records)
+  if shuffle:
+    indices = indices.shuffle(seed=seed)
+  return (indices.repeat(num_epochs)
+          .batch(global_batch_size, drop_remainder=True)
+          .map(lambda global_indices: read(global_indices[start:start + local_batch_size]))
+          .to_iter_dataset())
+
+
+def triple_batches(source: Any, entity_tokens: np.ndarray, *, global_batch_size: int, seed: int,
+                   shuffle: bool = True, num_epochs: int | None = None) -> grain.IterDataset:
+  """Batches of training triples with their entities' token ids (see `process_batches`).
 
   Args:
     source: a random-access source of records with 'head', 'relation' and 'tail' (e.g.
@@ -25,28 +48,15 @@ def triple_batches(source: Any, entity_tokens: np.ndarray, *, global_batch_size:
     num_epochs: epochs to run; None repeats forever.
 
   Returns:
-    A grain dataset; its iterator yields dicts of numpy arrays 'head', 'relation', 'tail' int32 [b]
-    and 'head_tokens', 'tail_tokens' int32 [b, max_len], with b = global_batch_size / processes,
-    and its get_state() / set_state() resume exactly where the state was taken.
+    A grain dataset yielding dicts of numpy arrays 'head', 'relation', 'tail' int32 [b] and
+    'head_tokens', 'tail_tokens' int32 [b, max_len], with b = global_batch_size / processes.
   """
-  process_count, process_index = jax.process_count(), jax.process_index()
-  if global_batch_size % process_count:
-    raise ValueError(f"global_batch_size {global_batch_size} is not divisible by {process_count} processes.")
-  if len(source) < global_batch_size:
-    raise ValueError(f"{len(source)} training triples are fewer than one batch of {global_batch_size}.")
-  local_batch_size = global_batch_size // process_count
   entity_tokens = np.asarray(entity_tokens, np.int32)
 
-  def read_local_slice(global_indices: np.ndarray) -> dict[str, np.ndarray]:
-    start = process_index * local_batch_size
-    records = [source[int(i)] for i in global_indices[start:start + local_batch_size]]
+  def read(indices: np.ndarray) -> dict[str, np.ndarray]:
+    records = [source[int(i)] for i in indices]
     batch = {key: np.array([r[key] for r in records], np.int32) for key in ("head", "relation", "tail")}
     return {**batch, "head_tokens": entity_tokens[batch["head"]], "tail_tokens": entity_tokens[batch["tail"]]}
 
-  indices = grain.MapDataset.range(len(source))
-  if shuffle:
-    indices = indices.shuffle(seed=seed)
-  return (indices.repeat(num_epochs)
-          .batch(global_batch_size, drop_remainder=True)
-          .map(read_local_slice)
-          .to_iter_dataset())
+  return process_batches(len(source), read, global_batch_size=global_batch_size, seed=seed, shuffle=shuffle,
+                         num_epochs=num_epochs)

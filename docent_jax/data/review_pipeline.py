@@ -2,9 +2,9 @@
 from typing import Any
 
 import grain
-import jax
 import numpy as np
 
+from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 
 
@@ -12,9 +12,7 @@ def sentence_batches(source: Any, tokenizer: Any, *, global_batch_size: int, see
                      shuffle: bool = True, num_epochs: int | None = None) -> grain.IterDataset:
   """Batches of (entity, sentence tokens); each process gets its slice of every global batch.
 
-  Same scheme as `pipeline.triple_batches`: all processes draw the same permutation of record
-  indices, cut it into global batches and read only their own slice, so N hosts see exactly the
-  batches of one. Each epoch is a new permutation; an incomplete last batch is dropped. In-batch
+  Batching and per-process slicing as in `pipeline.process_batches`. In-batch
   negatives come from a plain permutation of all sentences, so a batch occasionally holds two
   sentences of one entity; objectives that need distinct entities must mask those pairs.
 
@@ -37,26 +35,14 @@ def sentence_batches(source: Any, tokenizer: Any, *, global_batch_size: int, see
     int32 [b, max_len], with b = global_batch_size / processes, and its get_state() / set_state()
     resume exactly where the state was taken.
   """
-  process_count, process_index = jax.process_count(), jax.process_index()
-  if global_batch_size % process_count:
-    raise ValueError(f"global_batch_size {global_batch_size} is not divisible by {process_count} processes.")
-  if len(source) < global_batch_size:
-    raise ValueError(f"{len(source)} sentences are fewer than one batch of {global_batch_size}.")
   if max_len < 2:
     raise ValueError(f"max_len must leave room for [CLS] and [SEP]; got {max_len}.")
-  local_batch_size = global_batch_size // process_count
 
-  def read_local_slice(global_indices: np.ndarray) -> dict[str, np.ndarray]:
-    start = process_index * local_batch_size
-    records = [source[int(i)] for i in global_indices[start:start + local_batch_size]]
+  def read(indices: np.ndarray) -> dict[str, np.ndarray]:
+    records = [source[int(i)] for i in indices]
     texts = [r["text"].decode("utf-8") if isinstance(r["text"], bytes) else r["text"] for r in records]
     return {"entity": np.array([r["entity"] for r in records], np.int32),
             "tokens": tokenization.tokenize_texts(tokenizer, texts, max_len)}
 
-  indices = grain.MapDataset.range(len(source))
-  if shuffle:
-    indices = indices.shuffle(seed=seed)
-  return (indices.repeat(num_epochs)
-          .batch(global_batch_size, drop_remainder=True)
-          .map(read_local_slice)
-          .to_iter_dataset())
+  return pipeline.process_batches(len(source), read, global_batch_size=global_batch_size, seed=seed,
+                                  shuffle=shuffle, num_epochs=num_epochs)
