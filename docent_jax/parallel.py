@@ -4,7 +4,7 @@ Sharding is declared once: parameters carry logical axis names (see `models/`), 
 `mesh.rules` maps those names to mesh axes. Nothing else in the code base names mesh axes, except
 batches, which are always split over the data axis.
 """
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import math
 from typing import Any
 
@@ -122,3 +122,21 @@ def initialize_distributed(coordinator_address: str | None, num_processes: int |
   logging.info("Process %d of %d; %d local / %d global devices.", jax.process_index(), jax.process_count(),
                jax.local_device_count(), jax.device_count())
 
+
+
+def map_batches(fn: Callable[[Any, jax.Array], jax.Array], params: Any, inputs: np.ndarray, *, batch_size: int,
+                mesh: Mesh) -> np.ndarray:
+  """`fn(params, batch)` over `inputs` in fixed-size batches split over the data axis; results on host.
+
+  The last batch is padded (one compilation for all) and the padding's outputs are dropped. Every
+  process passes the whole of `inputs` and gets the whole result.
+  """
+  padded, num_rows = pad_to_multiple(np.asarray(inputs), batch_size)
+  sharding = batch_sharding(mesh)
+  apply = jax.jit(fn, out_shardings=replicated(mesh))
+  outputs = []
+  for start in range(0, len(padded), batch_size):
+    chunk = padded[start:start + batch_size]
+    global_chunk = jax.make_array_from_callback(chunk.shape, sharding, lambda index, c=chunk: c[index])
+    outputs.append(np.asarray(apply(params, global_chunk)))
+  return np.concatenate(outputs)[:num_rows]

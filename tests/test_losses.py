@@ -1,7 +1,13 @@
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+import jax.numpy as jnp
+import ml_collections
 import numpy as np
+import optax
 import pytest
 
 from docent_jax import losses
+from docent_jax import parallel
 
 
 def test_margin_loss_matches_hand_computed_hinge():
@@ -22,3 +28,139 @@ def test_negative_log_likelihood_balances_positives_and_negatives():
 def test_unknown_loss_lists_valid_names():
   with pytest.raises(ValueError, match="margin.*nll"):
     losses.get_link_prediction_loss("hinge")
+
+
+@pytest.fixture(scope="module")
+def mesh():
+  return parallel.create_mesh(ml_collections.ConfigDict({"shape": (2, 4)}))
+
+
+def _normal(seed, *shape):
+  return jnp.asarray(np.random.default_rng(seed).normal(size=shape), jnp.float32)
+
+
+def _assert_trees_close(actual, expected, atol=2e-5):
+  for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=1e-5, atol=atol)
+
+
+def test_in_batch_softmax_masks_other_copies_of_the_same_entity():
+  queries, entities = _normal(0, 4, 3), _normal(1, 4, 3)
+  ids = jnp.array([7, 2, 7, 5])
+  loss, metrics = losses.in_batch_softmax_loss(queries, entities, ids, scale=2.0)
+  logits = 2.0 * np.asarray(queries) @ np.asarray(entities).T
+  expected = []
+  for i in range(4):
+    # Candidates: the own positive plus every row holding a different entity.
+    keep = [j for j in range(4) if j == i or ids[j] != ids[i]]
+    expected.append(np.log(np.sum(np.exp(logits[i, keep]))) - logits[i, i])
+  assert float(loss) == pytest.approx(np.mean(expected), rel=1e-5)
+  assert float(metrics["duplicate_fraction"]) == 0.5
+  # Identical rows for identical ids would tie with the positive if they were not masked.
+  unit = jnp.eye(3)[jnp.array([0, 1, 0, 2])]
+  _, metrics = losses.in_batch_softmax_loss(unit, unit, jnp.array([4, 1, 4, 9]), scale=10.0)
+  assert float(metrics["accuracy"]) == 1.0
+
+
+def test_in_batch_softmax_on_a_mesh_equals_one_device(mesh):
+  queries, entities, ids = _normal(2, 16, 8), _normal(3, 16, 8), jnp.arange(16) % 11
+
+  def loss(q, e, ids):
+    return losses.in_batch_softmax_loss(q, e, ids, scale=5.0)[0]
+
+  expected = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(queries, entities, ids)
+  batch = NamedSharding(mesh, PartitionSpec("data"))
+  sharded = [jax.device_put(x, batch) for x in (queries, entities, ids)]
+  actual = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(*sharded)
+  assert actual[1][0].sharding.spec == PartitionSpec("data")
+  _assert_trees_close(actual, expected)
+
+
+def _dense_entity_loss(queries, table, ids, scale):
+  return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(scale * queries @ table.T, ids))
+
+
+@pytest.mark.parametrize("num_entities, use_mesh", [(512, True), (50, True), (50, False)])
+def test_full_softmax_equals_dense_softmax_in_value_and_gradients(mesh, num_entities, use_mesh):
+  queries, table = _normal(4, 12, 16), _normal(5, num_entities, 16)
+  ids = jnp.asarray(np.random.default_rng(6).integers(0, num_entities, 12))
+  ids = ids.at[0].set(num_entities - 1)  # The last row, next to any padding.
+  on_mesh = mesh if use_mesh else None
+  if use_mesh:
+    rows = PartitionSpec(("data", "model")) if num_entities % 8 == 0 else PartitionSpec()
+    table = jax.device_put(table, NamedSharding(mesh, rows))
+
+  def loss(q, t):
+    return losses.full_softmax_loss(q, t, ids, 3.0, mesh=on_mesh)
+
+  (value, metrics), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(queries, table)
+  expected = jax.value_and_grad(_dense_entity_loss, argnums=(0, 1))(queries, np.asarray(table), ids, 3.0)
+  _assert_trees_close((value, grads), expected)
+  dense_logits = 3.0 * queries @ np.asarray(table).T
+  assert float(metrics["accuracy"]) == pytest.approx(np.mean(np.argmax(dense_logits, -1) == ids))
+
+
+def test_full_softmax_logits_per_device_are_one_shard_of_the_table(mesh):
+  batch, num_entities, dim = 12, 512, 16
+  queries = jax.device_put(_normal(7, batch, dim), NamedSharding(mesh, PartitionSpec("data")))
+  table = jax.device_put(_normal(8, num_entities, dim), NamedSharding(mesh, PartitionSpec(("data", "model"))))
+  ids = jnp.arange(batch) * 40
+
+  def loss(q, t):
+    return losses.full_softmax_loss(q, t, ids, 3.0, mesh=mesh)[0]
+
+  step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+  hlo = step.lower(queries, table).compile().as_text()
+  assert f"f32[{batch},{num_entities // 8}]" in hlo
+  assert f"f32[{batch},{num_entities}]" not in hlo and f"f32[{num_entities},{dim}]" not in hlo
+  _, (_, table_grad) = step(queries, table)
+  assert table_grad.sharding.spec == PartitionSpec(("data", "model"))
+
+
+def test_labels_outside_the_vocabulary_give_nan(mesh):
+  queries, table = _normal(9, 2, 4), _normal(10, 16, 4)
+  full_softmax = jax.jit(lambda ids: losses.full_softmax_loss(queries, table, ids, mesh=mesh)[0])
+  for ids in (jnp.array([3, 16]), jnp.array([-1, 3])):
+    assert np.isnan(full_softmax(ids))
+  logits = _normal(11, 1, 2, 5)
+  assert np.isnan(losses.masked_lm_loss(logits, jnp.array([[1, 5]]), jnp.array([[True, True]]))[0])
+  with pytest.raises(ValueError, match="table"):
+    losses.full_softmax_loss(queries, _normal(0, 16, 5), jnp.array([0, 1]))
+
+
+def test_masked_lm_loss_averages_masked_positions_only():
+  logits = _normal(12, 2, 3, 5)
+  labels = jnp.array([[1, -100, 4], [0, 2, 999]])
+  mask = jnp.array([[True, False, True], [True, True, False]])
+  loss, metrics = losses.masked_lm_loss(logits, labels, mask)
+  log_probs = np.asarray(jax.nn.log_softmax(logits))
+  expected = -np.mean([log_probs[0, 0, 1], log_probs[0, 2, 4], log_probs[1, 0, 0], log_probs[1, 1, 2]])
+  assert float(loss) == pytest.approx(expected, rel=1e-6)
+  correct = [np.argmax(log_probs[b, t]) == labels[b, t] for b, t in ((0, 0), (0, 2), (1, 0), (1, 1))]
+  assert float(metrics["accuracy"]) == pytest.approx(np.mean(correct)) and int(metrics["num_masked"]) == 4
+
+
+@pytest.mark.parametrize("use_mesh", [True, False])
+def test_split_softmax_equals_softmax_over_concatenated_vocabulary(mesh, use_mesh):
+  vocab, num_entities, dim = 20, 64, 8
+  hidden, words, bias, entities = _normal(13, 10, dim), _normal(14, vocab, dim), _normal(15, vocab), _normal(
+      16, num_entities, dim)
+  labels = jnp.array([0, 19, 20, 83, 5, 50, 70, 3, -100, 40])
+  mask = jnp.arange(10) != 8
+  on_mesh = mesh if use_mesh else None
+  if use_mesh:
+    entities = jax.device_put(entities, NamedSharding(mesh, PartitionSpec(("data", "model"))))
+
+  def loss(h, w, b, e):
+    return losses.split_softmax_loss(h, w, b, e, labels, mask, mesh=on_mesh)
+
+  def dense(h, w, b, e):
+    logits = h @ jnp.concatenate([w, e]).T + jnp.concatenate([b, jnp.zeros(num_entities)])
+    per_token = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.where(mask, labels, 0))
+    return jnp.sum(per_token * mask) / jnp.sum(mask)
+
+  args = (hidden, words, bias, entities)
+  (value, metrics), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True))(*args)
+  expected = jax.value_and_grad(dense, argnums=(0, 1, 2, 3))(*(np.asarray(a) for a in args))
+  _assert_trees_close((value, grads), expected)
+  assert float(metrics["entity_fraction"]) == pytest.approx(5 / 9)

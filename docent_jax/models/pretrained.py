@@ -204,3 +204,15 @@ def load_tokenizer(name_or_path: str) -> Any:
     return AutoTokenizer.from_pretrained(str(model_dir), use_fast=True, local_files_only=True)
   except (OSError, ValueError) as e:
     raise ValueError(f"{model_dir}: no usable tokenizer ({e}).") from e
+
+
+def load_or_create_bert(name_or_path: str, fresh_config: dict[str, Any],
+                        vocab_size: int) -> tuple[bert.BertConfig, dict[str, Any] | None]:
+  """The pretrained BERT `name_or_path` with its params or, when it is '', a fresh config and no params.
+
+  `fresh_config` holds the Hugging Face config fields of the fresh model (e.g. hidden_size); its
+  vocabulary is the tokenizer's, `vocab_size`.
+  """
+  if name_or_path:
+    return load_bert(name_or_path)
+  return bert.BertConfig.from_hf_dict({"vocab_size": vocab_size, **fresh_config}), None

@@ -22,7 +22,6 @@ from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.evaluation import entity_classification
 from docent_jax.evaluation import link_prediction
-from docent_jax.models import bert
 from docent_jax.models import pretrained
 from docent_jax.models import relations
 from docent_jax.models import text_encoders
@@ -45,13 +44,6 @@ class BlpModel(nn.Module):
 
   def encode(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
     return self.encoder(tokens, deterministic=deterministic)
-
-
-def _bert_config(config: ml_collections.ConfigDict, vocab_size: int) -> tuple[bert.BertConfig, dict | None]:
-  """The pretrained model named by `model.pretrained`, or a fresh one shaped by `model.bert`."""
-  if config.model.pretrained:
-    return pretrained.load_bert(config.model.pretrained)
-  return bert.BertConfig.from_hf_dict({"vocab_size": vocab_size, **config.model.bert.to_dict()}), None
 
 
 def sample_negatives(rng: jax.Array, batch_size: int, num_negatives: int) -> tuple[jax.Array, jax.Array]:
@@ -77,7 +69,8 @@ class BlpObjective(base.Objective):
     self.entity_tokens = tokenization.tokenize_texts(tokenizer, self.graph.entity_texts, config.data.max_len)
     self.scoring = relations.get_scoring_function(config.model.scoring)
     self.loss_fn = losses.get_link_prediction_loss(config.loss.name)
-    bert_config, self._bert_params = _bert_config(config, tokenizer.vocab_size)
+    bert_config, self._bert_params = pretrained.load_or_create_bert(
+        config.model.pretrained, config.model.bert.to_dict(), tokenizer.vocab_size)
     self.model = BlpModel(
         encoder=text_encoders.create_encoder(config.model.encoder, bert_config, config.model.dim,
                                              jnp.dtype(config.model.dtype)),
@@ -118,17 +111,9 @@ class BlpObjective(base.Objective):
 
   def entity_embeddings(self, params: Any) -> np.ndarray:
     """Every entity's vector, computed once in batches split over the data axis."""
-    batch_size = self.config.eval.batch_size
-    tokens, num_entities = parallel.pad_to_multiple(self.entity_tokens, batch_size)
-    sharding = parallel.batch_sharding(self.mesh)
-    encode = jax.jit(lambda p, t: self.model.apply({"params": p}, t, method=BlpModel.encode),
-                     out_shardings=parallel.replicated(self.mesh))
-    chunks = []
-    for start in range(0, len(tokens), batch_size):
-      chunk = tokens[start:start + batch_size]
-      global_chunk = jax.make_array_from_callback(chunk.shape, sharding, lambda index, c=chunk: c[index])
-      chunks.append(np.asarray(encode(params, global_chunk)))
-    return np.concatenate(chunks)[:num_entities]
+    encode = lambda p, tokens: self.model.apply({"params": p}, tokens, method=BlpModel.encode)
+    return parallel.map_batches(encode, params, self.entity_tokens, batch_size=self.config.eval.batch_size,
+                                mesh=self.mesh)
 
   def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:
     return self.graph.entity_ids, self.entity_embeddings(params)
