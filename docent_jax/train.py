@@ -191,9 +191,11 @@ def model_configs(config: ml_collections.ConfigDict) -> list[ml_collections.Conf
 
 def _run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, train: bool) -> dict[str, float]:
   results = {}
-  for model_config in model_configs(config):
+  for index, model_config in enumerate(model_configs(config)):
     started = time.time()
     trainer = Trainer(model_config, pathlib.Path(workdir) / model_config.name)
+    if index == 0:
+      results.update(trainer.objective.baselines())
     params = trainer.train().params if train else trainer.restore_params()
     metrics = trainer.objective.evaluate(params)
     logging.info("%s: evaluated in %.0f s (with training if any): %s", model_config.name, time.time() - started,

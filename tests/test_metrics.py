@@ -62,3 +62,103 @@ def test_accuracy_and_balanced_accuracy():
   assert metrics.balanced_accuracy([0, 0, 1, 2], [0, 1, 1, 1]) == pytest.approx((1 / 2 + 1 + 0) / 3)
   with pytest.raises(ValueError, match="one length"):
     metrics.accuracy([0, 1], [0])
+
+
+# Row metrics: each row ranks its candidates by descending score.
+ORDERED = np.array([[0.9, 0.8, 0.7, 0.6]])
+HITS = np.array([[1, 0, 1, 0]])
+
+
+def test_average_precision():
+  # Positives at ranks 1 and 3: (1/1 + 2/3) / 2.
+  np.testing.assert_allclose(metrics.average_precision(ORDERED, HITS), [5 / 6])
+  # A tie counts at the end of its run: the positive shares rank 1-2 with a negative, precision 1/2.
+  np.testing.assert_allclose(metrics.average_precision([[1.0, 1.0, 0.0]], [[0, 1, 0]]), [0.5])
+  # Leaving out the negative at rank 2 lifts the second positive to rank 2.
+  np.testing.assert_allclose(metrics.average_precision(ORDERED, HITS, [[1, 0, 1, 1]]), [1.0])
+  assert np.isnan(metrics.average_precision([[1.0, 2.0]], [[0, 0]])[0])
+
+
+def test_average_precision_and_auc_match_scikit_learn():
+  sk_metrics = pytest.importorskip("sklearn.metrics")
+  rng = np.random.default_rng(0)
+  scores = rng.integers(0, 4, (40, 9)).astype(float)  # many ties
+  labels = rng.random((40, 9)) < 0.3
+  mask = rng.random((40, 9)) < 0.8
+  ap, auc = metrics.average_precision(scores, labels, mask), metrics.roc_auc(scores, labels, mask)
+  for row in range(40):
+    y, s = labels[row][mask[row]], scores[row][mask[row]]
+    if y.any():
+      assert ap[row] == pytest.approx(sk_metrics.average_precision_score(y, s))
+    if y.any() and not y.all():
+      assert auc[row] == pytest.approx(sk_metrics.roc_auc_score(y, s))
+    else:
+      assert np.isnan(auc[row])
+  assert metrics.micro_roc_auc(scores, labels, mask) == pytest.approx(
+      sk_metrics.roc_auc_score(labels[mask], scores[mask]))
+
+
+def test_roc_auc():
+  # Positive pairs (0, 1), (0, 3), (2, 3) are ordered right, (2, 1) wrong.
+  np.testing.assert_allclose(metrics.roc_auc(ORDERED, HITS), [3 / 4])
+  # Left-out candidates do not count as negatives: only (0, 1) and (2, 1) remain.
+  np.testing.assert_allclose(metrics.roc_auc(ORDERED, HITS, [[1, 1, 1, 0]]), [1 / 2])
+  # A tie counts half; an all-positive row has no pair.
+  result = metrics.roc_auc([[1.0, 1.0, 0.0], [1.0, 2.0, 3.0]], [[1, 0, 0], [1, 1, 1]])
+  np.testing.assert_allclose(result, [(0.5 + 1) / 2, np.nan])
+  # Micro pools every (positive, negative) pair across rows: positives 0.9, 0.7, 0.5 against
+  # negatives 0.8, 0.6, 0.3, 0.0 (0.1 is left out): 4 + 3 + 2 of 12 ordered right.
+  scores = np.array([[0.9, 0.8, 0.7, 0.6], [0.1, 0.5, 0.3, 0.0]])
+  labels = np.array([[1, 0, 1, 0], [0, 1, 0, 0]])
+  mask = np.array([[1, 1, 1, 1], [0, 1, 1, 1]], bool)
+  assert metrics.micro_roc_auc(scores, labels, mask) == pytest.approx(9 / 12)
+  with pytest.raises(ValueError, match="one positive and one negative"):
+    metrics.micro_roc_auc([[1.0, 2.0]], [[1, 1]])
+
+
+def test_precision_and_recall_at_k():
+  scores, labels = np.array([[4.0, 3.0, 2.0, 1.0]]), np.array([[0, 1, 1, 0]])
+  np.testing.assert_allclose(metrics.precision_at_k(scores, labels, [1, 2, 3, 5]), [[0, 1 / 2, 2 / 3, 2 / 5]])
+  np.testing.assert_allclose(metrics.recall_at_k(scores, labels, [1, 2, 3]), [[0, 1 / 2, 1]])
+  # Constant scores: every candidate is equally likely in the top 1.
+  np.testing.assert_allclose(metrics.precision_at_k(np.zeros((1, 4)), [[1, 0, 0, 0]], [1, 2]), [[1 / 4, 1 / 4]])
+  assert np.isnan(metrics.recall_at_k(scores, [[0, 0, 0, 0]], [1])).all()
+  with pytest.raises(ValueError, match="binary labels"):
+    metrics.precision_at_k(scores, [[0, 2, 0, 0]], [1])
+  with pytest.raises(ValueError, match="positive integers"):
+    metrics.precision_at_k(scores, labels, [0])
+
+
+def test_ndcg_at_k():
+  scores, relevance = np.array([[4.0, 3.0, 2.0, 1.0]]), np.array([[0, 2, 1, 0]])
+  log3 = np.log2(3)
+  np.testing.assert_allclose(metrics.ndcg_at_k(scores, relevance, [1, 2, 4]),
+                             [[0, (2 / log3) / (2 + 1 / log3), (2 / log3 + 1 / 2) / (2 + 1 / log3)]])
+  # Exponential gain: 2^2 - 1 = 3 and 2^1 - 1 = 1.
+  np.testing.assert_allclose(metrics.ndcg_at_k(scores, relevance, [2], gain="exponential"),
+                             [[(3 / log3) / (3 + 1 / log3)]])
+  # Tied at the top: each position holds the mean gain (0 + 2) / 2 in expectation.
+  np.testing.assert_allclose(metrics.ndcg_at_k([[1.0, 1.0, 0.0]], [[0, 2, 0]], [1]), [[1 / 2]])
+  assert np.isnan(metrics.ndcg_at_k(scores, np.zeros((1, 4)), [3])).all()
+  with pytest.raises(ValueError, match="Unknown NDCG gain"):
+    metrics.ndcg_at_k(scores, relevance, [1], gain="log")
+
+
+def test_reciprocal_rank():
+  scores = np.array([[4.0, 3.0, 2.0, 1.0], [1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+  labels = np.array([[0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]])
+  # Row 1: two relevant tied with one other, the first relevant is at 1 (p = 2/3) or 2: 4/3.
+  np.testing.assert_allclose(metrics.reciprocal_rank(scores, labels), [1 / 2, 3 / 4, np.nan])
+
+
+def test_mean_over_rows_and_score_checks():
+  assert metrics.mean_over_rows(np.array([0.5, np.nan, 1.0]), "AP") == (0.75, 1)
+  mean, skipped = metrics.mean_over_rows(np.array([[0.5, 1.0], [np.nan, np.nan], [1.0, 0.0]]), "P@k")
+  np.testing.assert_allclose(mean, [0.75, 0.5])
+  assert skipped == 1
+  with pytest.raises(ValueError, match="AP: undefined for all 1 rows"):
+    metrics.mean_over_rows(np.array([np.nan]), "AP")
+  with pytest.raises(ValueError, match=r"1 scores are NaN or infinite \(first at row 0, column 1\)"):
+    metrics.roc_auc([[0.0, np.nan]], [[1, 0]])
+  # A left-out candidate may have any score.
+  np.testing.assert_allclose(metrics.roc_auc([[1.0, 0.0, np.nan]], [[1, 0, 0]], [[1, 1, 0]]), [1.0])

@@ -1,9 +1,11 @@
 """Registry of training objectives: `config.objective` names one of them."""
 from docent_jax.objectives import blp
+from docent_jax.objectives import docent_dual
 from docent_jax.objectives.base import Objective
 
 OBJECTIVES: dict[str, type[Objective]] = {
     "blp": blp.BlpObjective,
+    "docent_dual": docent_dual.DocentDualObjective,
 }
 
 

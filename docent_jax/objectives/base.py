@@ -36,6 +36,10 @@ class Objective(abc.ABC):
     """Final metrics, flat, keyed `<split>/<metric>`."""
 
 
+  def baselines(self) -> dict[str, float]:
+    """Metrics of untrained baselines on the same evaluation, keyed `<baseline>/<split>/<metric>`."""
+    return {}
+
   def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:
     """Entity ids and their vectors, in the same order."""
     raise NotImplementedError(f"{type(self).__name__} has no entity vectors to export.")

@@ -1,0 +1,66 @@
+"""DOCENT: entity representations from everything written about the entities (Zemlyanskiy et al., 2021).
+
+get_config("VARIANT[,DATASET]"): VARIANT is dual (RELIC: P(entity | sentence)); DATASET is
+imdb_movielens (default, IMDB reviews of MovieLens movies), reviews2movielens, or a directory of
+review TSV files. Examples:
+  --config=configs/docent.py:dual
+  --config=configs/docent.py:dual,/data/my_reviews --config.loss.negatives=full
+"""
+import ml_collections
+
+VARIANTS = ("dual",)
+
+
+def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
+  variant, _, dataset = arg.partition(",")
+  if variant not in VARIANTS:
+    raise ValueError(f"Unknown DOCENT variant {variant!r}; valid: {list(VARIANTS)}.")
+  config = ml_collections.ConfigDict()
+  config.objective = f"docent_{variant}"
+  config.name = f"docent_{variant}"
+  config.seed = 0
+
+  config.data = ml_collections.ConfigDict()
+  config.data.dataset = dataset or "imdb_movielens"
+  config.data.tfds_data_dir = ml_collections.FieldReference(None, field_type=str)  # TFDS default when None.
+  config.data.manual_dir = ml_collections.FieldReference(None, field_type=str)  # Download when None and online.
+  config.data.max_len = 64
+
+  config.model = ml_collections.ConfigDict()
+  config.model.pretrained = "minilm-l6"  # Alias or Hugging Face BERT directory; "" = fresh, shaped by model.bert.
+  config.model.tokenizer = "minilm-l6"
+  config.model.bert = ml_collections.ConfigDict(dict(
+      hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536))
+  config.model.scale = 20.0  # Of the cosine similarity; learned from this value unless learn_scale is False.
+  config.model.learn_scale = True
+  config.model.dtype = "float32"
+
+  config.loss = ml_collections.ConfigDict()
+  config.loss.negatives = "in_batch"  # in_batch (across all devices) | full (softmax over the sharded table)
+
+  config.optim = ml_collections.ConfigDict()
+  config.optim.learning_rate = 5e-5
+  config.optim.warmup_steps = 100
+  config.optim.weight_decay = 0.01
+  config.optim.grad_clip_norm = 1.0
+  config.optim.b1 = 0.9
+  config.optim.b2 = 0.999
+  config.optim.eps = 1e-8
+
+  config.train = ml_collections.ConfigDict()
+  config.train.global_batch_size = 32
+  config.train.num_steps = 1_500
+  config.train.log_every_steps = 50
+  config.train.checkpoint_every_steps = 500
+  config.train.keep_checkpoints = 3
+
+  config.eval = ml_collections.ConfigDict()
+  config.eval.batch_size = 128
+  config.eval.search_min_votes = 1  # Votes that make a movie relevant to a tag query.
+
+  config.mesh = ml_collections.ConfigDict()
+  config.mesh.shape = (-1, 1)  # (data, model); -1 takes the remaining devices.
+  config.mesh.rules = ()
+
+  config.baselines = ml_collections.ConfigDict()
+  return config

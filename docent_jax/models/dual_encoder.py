@@ -1,0 +1,42 @@
+"""RELIC's dual encoder: a sentence's BERT [CLS] against a learned entity table, by scaled cosine."""
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from docent_jax.models import bert
+from docent_jax.models import entity_table
+
+
+class DualEncoder(nn.Module):
+  """f(s) = normalised [CLS] of BERT(s); g(e) = normalised row e of the entity table; s(e, s) = scale * cos.
+
+  The scale is learned (as a log, starting at `initial_scale`) or fixed at `initial_scale`.
+  """
+  config: bert.BertConfig
+  num_entities: int
+  initial_scale: float = 20.0
+  learn_scale: bool = True
+  dtype: jnp.dtype = jnp.float32
+
+  def setup(self):
+    self.bert = bert.BertModel(self.config, dtype=self.dtype, add_pooler=False, name="bert")
+    self.entities = entity_table.EntityTable(self.num_entities, self.config.hidden_size, normalize=True,
+                                             name="entities")
+    if self.learn_scale:
+      self.log_scale = self.param("log_scale", nn.with_logical_partitioning(
+          nn.initializers.constant(math.log(self.initial_scale)), ()), ())
+
+  def __call__(self, tokens: jax.Array, entity_ids: jax.Array, *, deterministic: bool = True):
+    return self.encode_sentences(tokens, deterministic=deterministic), self.entities(entity_ids), self.scale()
+
+  def encode_sentences(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
+    output = self.bert(tokens, attention_mask=(tokens != 0).astype(jnp.int32), deterministic=deterministic)
+    return entity_table.l2_normalize(output.last_hidden_state[:, 0])
+
+  def entity_table(self) -> jax.Array:
+    return self.entities.table()
+
+  def scale(self) -> jax.Array:
+    return jnp.exp(self.log_scale) if self.learn_scale else jnp.asarray(self.initial_scale, jnp.float32)
