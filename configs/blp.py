@@ -43,6 +43,7 @@ def get_config(arg: str = "wn18rr") -> ml_collections.ConfigDict:
   config.optim.b1 = 0.9
   config.optim.b2 = 0.999
   config.optim.eps = 1e-8
+  config.optim.lr_multipliers = ()  # ((param path regex, learning-rate multiplier), ...)
 
   config.train = ml_collections.ConfigDict()
   config.train.global_batch_size = 64

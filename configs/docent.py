@@ -46,6 +46,8 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.optim.b1 = 0.9
   config.optim.b2 = 0.999
   config.optim.eps = 1e-8
+  # Each entity row is updated only when one of its sentences is in the batch.
+  config.optim.lr_multipliers = (("^entities/", 100.0),)
 
   config.train = ml_collections.ConfigDict()
   config.train.global_batch_size = 32

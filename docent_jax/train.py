@@ -6,6 +6,7 @@
 """
 import json
 import pathlib
+import re
 import time
 from typing import Any
 
@@ -46,7 +47,32 @@ def create_optimizer(config: ml_collections.ConfigDict, num_steps: int) -> optax
   return optax.chain(
       optax.clip_by_global_norm(config.grad_clip_norm),
       optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps, weight_decay=config.weight_decay,
-                   mask=decay_mask))
+                   mask=decay_mask),
+      scale_by_path(config.lr_multipliers))
+
+
+def param_path(path: tuple[Any, ...]) -> str:
+  """'entities/embedding' for the tree path of params['entities']['embedding']."""
+  return "/".join(str(getattr(key, "key", getattr(key, "name", key))) for key in path)
+
+
+def scale_by_path(multipliers: Any) -> optax.GradientTransformation:
+  """Multiplies the updates of params whose path matches a regex: ((regex, multiplier), ...).
+
+  The first matching regex wins. A table whose rows are updated only when their entity is in the
+  batch (e.g. an entity table) typically needs a larger learning rate than the encoder.
+  """
+  patterns = [(re.compile(pattern), float(multiplier)) for pattern, multiplier in multipliers]
+
+  def factor(path: tuple[Any, ...]) -> float:
+    name = param_path(path)
+    return next((multiplier for pattern, multiplier in patterns if pattern.search(name)), 1.0)
+
+  def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+    del params
+    return jax.tree_util.tree_map_with_path(lambda path, u: u * factor(path), updates), state
+
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
 def overwrite_params(params: Any, pretrained: dict[str, Any], path: str = "") -> Any:
