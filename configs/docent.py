@@ -1,6 +1,8 @@
 """DOCENT: entity representations from everything written about the entities (Zemlyanskiy et al., 2021).
 
-get_config("VARIANT[,DATASET]"): VARIANT is dual (RELIC: P(entity | sentence)); DATASET is
+get_config("VARIANT[,DATASET]"): VARIANT is dual (RELIC: P(entity | sentence)), full (entity tokens in
+BERT's vocabulary, masked prediction of words and entities) or hybrid (dual encoder plus masked LM
+conditioned on the entity); DATASET is
 imdb_movielens (default, IMDB reviews of MovieLens movies), reviews2movielens, or a directory of
 review TSV files. Examples:
   --config=configs/docent.py:dual
@@ -8,7 +10,7 @@ review TSV files. Examples:
 """
 import ml_collections
 
-VARIANTS = ("dual",)
+VARIANTS = ("dual", "full", "hybrid")
 
 
 def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
@@ -37,6 +39,9 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
 
   config.loss = ml_collections.ConfigDict()
   config.loss.negatives = "in_batch"  # in_batch (across all devices) | full (softmax over the sharded table)
+  config.loss.mlm_weight = 1.0  # lambda of L_E + lambda * L_MLM (full, hybrid)
+  config.loss.mlm_rate = 0.15  # Word pieces chosen for masked prediction (full, hybrid).
+  config.loss.entity_mask_rate = 0.5  # Examples whose entity token is masked (full).
 
   config.optim = ml_collections.ConfigDict()
   config.optim.learning_rate = 5e-5

@@ -98,5 +98,5 @@ def test_unknown_negatives_and_variant_are_refused(reviews_dir, tfds_dir):
   config = tiny_config(reviews_dir, tfds_dir, negatives="sampled")
   with pytest.raises(ValueError, match="in_batch.*full"):
     train.Trainer(config, "unused")
-  with pytest.raises(ValueError, match="valid: \\['dual'\\]"):
+  with pytest.raises(ValueError, match="valid: \\['dual', 'full', 'hybrid'\\]"):
     docent.get_config("dual_encoder")
