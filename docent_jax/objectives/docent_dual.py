@@ -27,6 +27,21 @@ from docent_jax.objectives import base
 NEGATIVES = ("in_batch", "full")
 
 
+def search_tasks(corpus: review_corpus.ReviewCorpus,
+                 min_votes: int) -> dict[str, tuple[np.ndarray, movie_search.QuerySet]]:
+  """Zero-shot search on tag queries, per split ('test': held-out movies, 'all': every movie).
+
+  Returns the ranked movies (entity indices) and the queries: each tag with a movie of the split
+  having at least `min_votes` votes for it; relevant = those movies.
+  """
+  tasks = {}
+  for split, movies in (("test", corpus.entity_split["test"]), ("all", np.arange(corpus.num_entities))):
+    votes = corpus.tag_votes[movies].toarray()
+    tags = np.flatnonzero((votes >= min_votes).any(axis=0))
+    tasks[split] = (movies, movie_search.tag_query_set(corpus.tags, votes, tags, min_votes=min_votes))
+  return tasks
+
+
 class DocentDualObjective(base.Objective):
   """Sentence -> entity classification with a scaled-cosine dual encoder; zero-shot search evaluation."""
 
@@ -79,21 +94,10 @@ class DocentDualObjective(base.Objective):
     """Zero-shot movie search on the tag queries of the evaluated movies, by P(e | query)."""
     _, table = self.export_embeddings(params)
     results = {}
-    for split, (movies, queries) in self.search_tasks().items():
+    for split, (movies, queries) in search_tasks(self.corpus, self.config.eval.search_min_votes).items():
       scores = self.encode_texts(params, queries.queries) @ table[movies].T
       results.update({f"{split}/{k}": v for k, v in movie_search.evaluate_search(scores, queries).items()})
     return results
-
-  def search_tasks(self) -> dict[str, tuple[np.ndarray, movie_search.QuerySet]]:
-    """Per split ('test': held-out movies, 'all': every movie): the ranked movies and the tag queries."""
-    corpus = self.corpus
-    tasks = {}
-    for split, movies in (("test", corpus.entity_split["test"]), ("all", np.arange(corpus.num_entities))):
-      votes = corpus.tag_votes[movies].toarray()
-      tags = np.flatnonzero((votes >= self.config.eval.search_min_votes).any(axis=0))
-      tasks[split] = (movies, movie_search.tag_query_set(corpus.tags, votes, tags,
-                                                         min_votes=self.config.eval.search_min_votes))
-    return tasks
 
   def baselines(self) -> dict[str, float]:
     """BM25 over each movie's reviews on the same search tasks (no parameters involved)."""
@@ -102,7 +106,7 @@ class DocentDualObjective(base.Objective):
     for sentence, entity in zip(corpus.sentences, corpus.sentence_entity):
       documents[entity].append(sentence)
     results = {}
-    for split, (movies, queries) in self.search_tasks().items():
+    for split, (movies, queries) in search_tasks(self.corpus, self.config.eval.search_min_votes).items():
       index = bm25.BM25Index([" ".join(documents[m]) for m in movies])
       metrics = movie_search.evaluate_search(index.scores(queries.queries), queries)
       results.update({f"bm25/{split}/{k}": v for k, v in metrics.items()})
