@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from docent_jax.data import kg_files
+from docent_jax.data.builders import base
 
 TRIPLE_SPLITS = ("train", "validation", "test")
 TRANSDUCTIVE_SPLITS = tuple(f"transductive_{split}" for split in TRIPLE_SPLITS)
@@ -64,19 +65,6 @@ def parse_config_name(name: str) -> tuple[int | None, int]:
 def make_config(max_entities: int | None = None, seed: int = 0, **kwargs: Any) -> KgConfig:
   """A config named by `config_name`."""
   return KgConfig(name=config_name(max_entities, seed), max_entities=max_entities, seed=seed, **kwargs)
-
-
-def features() -> tfds.features.FeaturesDict:
-  """The shared schema of all splits (see the module docstring)."""
-  integer = lambda: tfds.features.Scalar(np.int64, optional=True)
-  text = lambda: tfds.features.Text(optional=True)
-  return tfds.features.FeaturesDict({
-      "head": integer(), "relation": integer(), "tail": integer(),
-      "index": integer(), "id": text(), "text": text(), "label": integer(), "split": text(),
-  })
-
-
-_EMPTY_EXAMPLE = {key: None for key in ("head", "relation", "tail", "index", "id", "text", "label", "split")}
 
 
 def connected_subgraph(graph: kg_files.ParsedGraph, max_entities: int, seed: int) -> list[str]:
@@ -125,28 +113,14 @@ def restrict(graph: kg_files.ParsedGraph, entity_ids: list[str]) -> kg_files.Par
                for split, triples in graph.triples.items()})
 
 
-class KnowledgeGraphBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+class KnowledgeGraphBuilder(base.Builder, skip_registration=True):
   """Writes a `ParsedGraph` (from `_read_graph`) as the splits described above."""
 
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "Initial release."}
+  FEATURES = {
+      "head": base.integer(), "relation": base.integer(), "tail": base.integer(),
+      "index": base.integer(), "id": base.text(), "text": base.text(), "label": base.integer(), "split": base.text(),
+  }
   BUILDER_CONFIGS = [make_config()]
-
-  @tfds.core.utils.classproperty
-  @classmethod
-  def _checksums_path(cls) -> None:
-    # No recorded download checksums. Also skips TFDS's lookup of the builder's
-    # code path, which imports `importlib_resources` (absent on Python >= 3.9).
-    return None
-
-  def _info(self) -> tfds.core.DatasetInfo:
-    # DatasetInfo directly (not dataset_info_from_configs): no metadata files to look up.
-    return tfds.core.DatasetInfo(
-        builder=self,
-        description=(self.__doc__ or "").strip(),
-        features=features(),
-        disable_shuffling=True,
-        metadata=tfds.core.MetadataDict())
 
   @abc.abstractmethod
   def _read_graph(self, dl_manager: tfds.download.DownloadManager) -> kg_files.ParsedGraph:
@@ -174,11 +148,6 @@ class KnowledgeGraphBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=T
     logging.info("%s: %d entities, %d relations, triples %s.", self.name, len(graph.entity_ids),
                  len(graph.relation_ids), {s: len(t) for s, t in graph.triples.items()})
     return generators
-
-  def _generate_examples(self, examples: Iterator[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Keys examples by position; fields a split does not use are None."""
-    for key, example in enumerate(examples):
-      yield key, {**_EMPTY_EXAMPLE, **example}
 
 
 def _triple_examples(triples: list[kg_files.Triple], entity_index: Mapping[str, int],

@@ -25,10 +25,10 @@ import re
 from typing import Any, Iterator
 
 from absl import logging
-import numpy as np
 import tensorflow_datasets as tfds
 
 from docent_jax.data import review_files
+from docent_jax.data.builders import base
 from docent_jax.data.builders import kg_directory
 
 SPLITS = ("sentences", "entities", "tags", "genres")
@@ -92,40 +92,15 @@ def make_config(options: review_files.PreprocessOptions = _DEFAULTS, directory: 
   return ReviewConfig(name=name or config_name(options), directory=directory, **dataclasses.asdict(options))
 
 
-def features() -> tfds.features.FeaturesDict:
-  """The shared schema of all splits (see the module docstring)."""
-  integer = lambda: tfds.features.Scalar(np.int64, optional=True)
-  text = lambda: tfds.features.Text(optional=True)
-  return tfds.features.FeaturesDict({
-      "entity": integer(), "review": integer(), "text": text(),
-      "index": integer(), "id": text(), "title": text(), "split": text(), "num_reviews": integer(),
-      "tag": text(), "votes": integer(), "genre": text(),
-  })
-
-
-_EMPTY_EXAMPLE = {key: None for key in features().keys()}
-
-
-class ReviewBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+class ReviewBuilder(base.Builder, skip_registration=True):
   """Writes the preprocessed reviews of `_read_reviews` as the splits described above."""
 
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "Initial release."}
+  FEATURES = {
+      "entity": base.integer(), "review": base.integer(), "text": base.text(),
+      "index": base.integer(), "id": base.text(), "title": base.text(), "split": base.text(),
+      "num_reviews": base.integer(), "tag": base.text(), "votes": base.integer(), "genre": base.text(),
+  }
   BUILDER_CONFIGS = [make_config()]
-
-  @tfds.core.utils.classproperty
-  @classmethod
-  def _checksums_path(cls) -> None:
-    # No recorded download checksums; also skips TFDS's code-path lookup (see kg_directory).
-    return None
-
-  def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-        builder=self,
-        description=(self.__doc__ or "").strip(),
-        features=features(),
-        disable_shuffling=True,
-        metadata=tfds.core.MetadataDict())
 
   @abc.abstractmethod
   def _read_reviews(self, dl_manager: tfds.download.DownloadManager) -> review_files.RawReviews:
@@ -155,11 +130,6 @@ class ReviewBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     # TFDS cannot write an empty split: a dataset without tags or genres has no such split.
     present = {"sentences", "entities", *(["tags"] if dataset.tags else []), *(["genres"] if dataset.genres else [])}
     return {split: generator for split, generator in generators.items() if split in present}
-
-  def _generate_examples(self, examples: Iterator[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Keys examples by position; fields a split does not use are None."""
-    for key, example in enumerate(examples):
-      yield key, {**_EMPTY_EXAMPLE, **example}
 
 
 def _manual_dir(dl_manager: tfds.download.DownloadManager) -> pathlib.Path | None:
