@@ -64,6 +64,22 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.eval = ml_collections.ConfigDict()
   config.eval.batch_size = 128
   config.eval.search_min_votes = 1  # Votes that make a movie relevant to a tag query.
+  # Tag prediction: a tag is positive for a held-out movie at this many votes (genres: 1). The paper
+  # uses 2; in imdb_movielens only 5 movie-tag pairs reach 2 votes, so 1 is the default here.
+  config.eval.tag_vote_threshold = 1
+  # The tag encoder f(t), fine-tuned against the frozen entity vectors (AdamW, linear decay).
+  config.eval.tag_finetune_steps = 100
+  config.eval.tag_learning_rate = 1e-4
+  config.eval.tag_weight_decay = 0.01
+  config.eval.tag_items_per_step = 32  # Training movies (BoS-BERT: sentences) per step.
+  config.eval.tag_tags_per_step = 64  # Candidate tags encoded per step: the batch's known tags, then random ones.
+  config.eval.tag_vote_weighting = "votes"  # votes | log_votes: the weight of a known (movie, tag) pair.
+  # Open vocabulary: fractions of the tag vocabulary trained on, the rest scored; () = closed only.
+  config.eval.open_vocabulary_fractions = (0.5,)
+  # Bag-of-sentences baselines (bos search, bos_bert tags): sentences kept per movie, pooling of
+  # the pretrained encoder (mean | cls).
+  config.eval.bos_sentences_per_movie = 8
+  config.eval.bos_pooling = "mean"
 
   config.mesh = ml_collections.ConfigDict()
   config.mesh.shape = (-1, 1)  # (data, model); -1 takes the remaining devices.

@@ -44,8 +44,8 @@ def tfds_dir(tmp_path_factory) -> pathlib.Path:
   return tmp_path_factory.mktemp("tfds")
 
 
-def tiny_config(reviews_dir, tfds_dir, negatives="in_batch"):
-  config = docent.get_config(f"dual,{reviews_dir}")
+def tiny_config(reviews_dir, tfds_dir, negatives="in_batch", variant="dual"):
+  config = docent.get_config(f"{variant},{reviews_dir}")
   config.data.tfds_data_dir = str(tfds_dir)
   config.data.max_len = 24
   config.model.pretrained = ""
@@ -58,19 +58,35 @@ def tiny_config(reviews_dir, tfds_dir, negatives="in_batch"):
   config.train.log_every_steps = 2
   config.train.checkpoint_every_steps = 3
   config.eval.batch_size = 8
+  config.eval.tag_finetune_steps = 8
+  config.eval.tag_learning_rate = 1e-3
+  config.eval.tag_items_per_step = 4
+  config.eval.tag_tags_per_step = 2  # Below the 4 tags: candidates are sampled.
+  config.eval.bos_sentences_per_movie = 2
   return config
 
 
-def test_dual_trains_and_writes_search_metrics_beside_bm25(reviews_dir, tfds_dir, tmp_path):
+def test_dual_trains_and_writes_search_and_tag_metrics_beside_baselines(reviews_dir, tfds_dir, tmp_path):
   results = train.train_and_evaluate(tiny_config(reviews_dir, tfds_dir), tmp_path)
   assert json.loads((tmp_path / "results.json").read_text()) == results
-  for model in ("docent_dual", "bm25"):
+  for model in ("docent_dual", "bm25", "bos"):
     for split in ("test", "all"):
       assert 0.0 < results[f"{model}/{split}/search_mrr"] <= 1.0
       assert 0.0 <= results[f"{model}/{split}/search_recall@10"] <= 1.0
   assert results["docent_dual/all/search_num_queries"] == 4  # One query per theme tag.
   # The theme words are in every review of the tagged movies: BM25 finds them all first.
   assert results["bm25/all/search_recall@10"] == pytest.approx(1.0)
+  # Tag prediction on the held-out movies, each with one tag (vote threshold 1 in tiny_config).
+  num_test = results["docent_dual/test/tags_num_entities"]
+  assert num_test >= 1
+  for model in ("docent_dual", "bos_bert", "top_tags", "tfidf"):
+    assert results[f"{model}/test/tags_num_entities"] == num_test
+    for metric in ("map", "auc", "p@1", "p@5", "ndcg@10", "ndcg@20"):
+      assert 0.0 <= results[f"{model}/test/tags_{metric}"] <= 1.0
+  # A movie's theme word is in its own reviews only.
+  assert results["tfidf/test/tags_map"] == pytest.approx(1.0)
+  assert results["docent_dual/test/tags_open0.5_num_train_tags"] == 2
+  assert not any("genres" in key for key in results)  # The tiny corpus has no genres.
 
 
 def test_full_softmax_on_a_mesh_matches_one_device(reviews_dir, tfds_dir):

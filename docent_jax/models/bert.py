@@ -159,13 +159,22 @@ class BertEmbeddings(nn.Module):
     self.token_type_embeddings = embed(config.type_vocab_size, "token_type", "token_type_embeddings")
     self.layer_norm = _layer_norm(config, self.dtype, self.param_dtype, "layer_norm")
 
-  def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array, *, deterministic: bool) -> jax.Array:
+  def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array, *, deterministic: bool,
+               input_embeddings: jax.Array | None = None) -> jax.Array:
+    """`input_embeddings` [batch, length, hidden], when given, replace the word-piece lookup of `input_ids`."""
     length = input_ids.shape[-1]
     if length > self.config.max_position_embeddings:
       raise ValueError(f"Sequence length {length} exceeds max_position_embeddings "
                        f"{self.config.max_position_embeddings}.")
+    if input_embeddings is None:
+      words = self.word_embeddings(input_ids)
+    elif input_embeddings.shape != (*input_ids.shape, self.config.hidden_size):
+      raise ValueError(f"input_embeddings {input_embeddings.shape} must be input_ids' shape {input_ids.shape} "
+                       f"+ ({self.config.hidden_size},).")
+    else:
+      words = input_embeddings.astype(self.dtype)
     positions = self.position_embeddings.embedding[:length].astype(self.dtype)
-    x = self.word_embeddings(input_ids) + positions + self.token_type_embeddings(token_type_ids)
+    x = words + positions + self.token_type_embeddings(token_type_ids)
     return _maybe_dropout(self, self.layer_norm(x), self.config.hidden_dropout_prob, deterministic)
 
 
@@ -236,11 +245,16 @@ class BertModel(nn.Module):
                            "pooler")
 
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array, token_type_ids: jax.Array | None = None,
-               *, deterministic: bool = True) -> BertOutput:
-    """`input_ids`, `attention_mask` (1 = real token) and `token_type_ids`: int [batch, length]."""
+               *, deterministic: bool = True, input_embeddings: jax.Array | None = None) -> BertOutput:
+    """`input_ids`, `attention_mask` (1 = real token) and `token_type_ids`: int [batch, length].
+
+    `input_embeddings` [batch, length, hidden], when given, are used instead of the word-piece
+    embeddings of `input_ids` (e.g. to put rows of another table at some positions); position and
+    token-type embeddings are added to them as usual.
+    """
     if token_type_ids is None:
       token_type_ids = jnp.zeros_like(input_ids)
-    x = self.embeddings(input_ids, token_type_ids, deterministic=deterministic)
+    x = self.embeddings(input_ids, token_type_ids, deterministic=deterministic, input_embeddings=input_embeddings)
     mask = attention_mask[:, None, None, :].astype(bool)
     for layer in self.layers:
       x = layer(x, mask, deterministic=deterministic)
@@ -263,14 +277,29 @@ class BertMLMHead(nn.Module):
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
-  @nn.compact
+  def setup(self):
+    config = self.config
+    self.transform = _dense(config.hidden_size, config, ("embed", None), self.dtype, self.param_dtype, "transform")
+    self.transform_layer_norm = _layer_norm(config, self.dtype, self.param_dtype, "transform_layer_norm")
+    self.bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
+                           (config.vocab_size,), self.param_dtype)
+
   def __call__(self, hidden_states: jax.Array, embedding_matrix: jax.Array) -> jax.Array:
     """Vocabulary logits [..., vocab] from hidden states [..., hidden] and the [vocab, hidden] table."""
-    config = self.config
-    x = _dense(config.hidden_size, config, ("embed", None), self.dtype, self.param_dtype, "transform")(hidden_states)
-    x = _layer_norm(config, self.dtype, self.param_dtype, "transform_layer_norm")(ACTIVATIONS[config.hidden_act](x))
-    bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-                      (config.vocab_size,), self.param_dtype)
+    x = self.predict_states(hidden_states)
     # Contract the hidden axis of both directly, so the table is never transposed in memory.
     logits = jax.lax.dot_general(x, embedding_matrix.astype(self.dtype), (((x.ndim - 1,), (1,)), ((), ())))
-    return logits + bias.astype(self.dtype)
+    return logits + self.bias.astype(self.dtype)
+
+  def predict_states(self, hidden_states: jax.Array) -> jax.Array:
+    """The transformed states [..., hidden] that the decoder scores against output embeddings.
+
+    For outputs over more than the word pieces (e.g. word pieces plus entity rows), score these
+    against every table, adding `output_bias()` to the word-piece logits only.
+    """
+    x = self.transform(hidden_states)
+    return self.transform_layer_norm(ACTIVATIONS[self.config.hidden_act](x))
+
+  def output_bias(self) -> jax.Array:
+    """The [vocab] bias of the word-piece logits."""
+    return self.bias

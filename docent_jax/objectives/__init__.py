@@ -1,11 +1,15 @@
 """Registry of training objectives: `config.objective` names one of them."""
 from docent_jax.objectives import blp
 from docent_jax.objectives import docent_dual
+from docent_jax.objectives import docent_full
+from docent_jax.objectives import docent_hybrid
 from docent_jax.objectives.base import Objective
 
 OBJECTIVES: dict[str, type[Objective]] = {
     "blp": blp.BlpObjective,
     "docent_dual": docent_dual.DocentDualObjective,
+    "docent_full": docent_full.DocentFullObjective,
+    "docent_hybrid": docent_hybrid.DocentHybridObjective,
 }
 
 

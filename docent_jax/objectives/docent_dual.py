@@ -2,11 +2,14 @@
 
 Every sentence written about an entity is a training example: its BERT [CLS] must pick the entity
 out of the other entities of the global batch (in-batch negatives) or out of the whole entity table
-(full softmax, computed shard by shard). No labels are used; tags only serve the evaluation.
+(full softmax, computed shard by shard). No labels are used; tags only serve the evaluation:
+zero-shot search, and tag prediction by a tag encoder fine-tuned against the frozen entity vectors
+(`tag_finetuning`), beside BM25, bag-of-sentences, tag-popularity and TF-IDF baselines.
 """
 from typing import Any
 
 from absl import logging
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
@@ -20,6 +23,9 @@ from docent_jax.data import review_pipeline
 from docent_jax.data import tokenization
 from docent_jax.evaluation import bm25
 from docent_jax.evaluation import movie_search
+from docent_jax.evaluation import tag_finetuning
+from docent_jax.evaluation import tag_prediction
+from docent_jax.models import bert
 from docent_jax.models import dual_encoder
 from docent_jax.models import pretrained
 from docent_jax.objectives import base
@@ -90,25 +96,87 @@ class DocentDualObjective(base.Objective):
     table = self.model.apply({"params": params}, method=dual_encoder.DualEncoder.entity_table)
     return self.corpus.entity_ids, np.asarray(jax.device_get(table))
 
+  def tag_encoder_params(self, params: Any) -> Any:
+    """The BERT params the tag encoder f(t) is fine-tuned from: the trained sentence encoder's."""
+    return params["bert"]
+
+  def _tag_finetuner(self, bert_params: Any) -> tag_finetuning.TagFinetuner:
+    config = self.config.eval
+    options = tag_finetuning.FinetuneOptions(
+        num_steps=config.tag_finetune_steps, learning_rate=config.tag_learning_rate,
+        weight_decay=config.tag_weight_decay, items_per_step=config.tag_items_per_step,
+        tags_per_step=config.tag_tags_per_step, vote_weighting=config.tag_vote_weighting, seed=self.config.seed)
+    return tag_finetuning.TagFinetuner(self.model.config, bert_params, self.tokenizer,
+                                       max_len=self.config.data.max_len, options=options)
+
+  def _label_sets(self) -> list[tag_finetuning.LabelSet]:
+    return tag_finetuning.label_sets(self.corpus, self.config.eval.tag_vote_threshold)
+
   def evaluate(self, params: Any) -> dict[str, float]:
-    """Zero-shot movie search on the tag queries of the evaluated movies, by P(e | query)."""
+    """Zero-shot movie search by P(e | query); tag prediction on held-out movies with g(e) frozen."""
     _, table = self.export_embeddings(params)
     results = {}
     for split, (movies, queries) in search_tasks(self.corpus, self.config.eval.search_min_votes).items():
       scores = self.encode_texts(params, queries.queries) @ table[movies].T
       results.update({f"{split}/{k}": v for k, v in movie_search.evaluate_search(scores, queries).items()})
+    train, test = (tag_finetuning.Items(table[m], m) for m in (self.corpus.entity_split["train"],
+                                                                self.corpus.entity_split["test"]))
+    tags = tag_finetuning.evaluate_tag_tasks(
+        self._tag_finetuner(self.tag_encoder_params(params)), self._label_sets(), train, test,
+        open_vocabulary_fractions=self.config.eval.open_vocabulary_fractions, seed=self.config.seed)
+    results.update({f"test/{k}": v for k, v in tags.items()})
     return results
 
+  def _pretrained_bert(self) -> Any:
+    """The pretrained encoder of the baselines (a fixed random one when the config names none)."""
+    if self._bert_params is not None:
+      return self._bert_params
+    tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
+    encoder = bert.BertModel(self.model.config, add_pooler=False)
+    return nn.unbox(encoder.init(jax.random.key(self.config.seed), tokens, tokens)["params"])
+
   def baselines(self) -> dict[str, float]:
-    """BM25 over each movie's reviews on the same search tasks (no parameters involved)."""
-    corpus = self.corpus
+    """Search: BM25, bag of sentences (`bos`); tags, genres: `top_tags`, `tfidf`, BoS-BERT (`bos_bert`)."""
+    corpus, config = self.corpus, self.config.eval
     documents = [[] for _ in range(corpus.num_entities)]
     for sentence, entity in zip(corpus.sentences, corpus.sentence_entity):
       documents[entity].append(sentence)
+    encoder = bert.BertModel(self.model.config, add_pooler=False)
+    bert_params = self._pretrained_bert()
+    encode = lambda texts: tag_finetuning.encode_texts(
+        encoder, bert_params, tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len),
+        config.bos_pooling, batch_size=config.batch_size, mesh=self.mesh)
+    # One subsample of sentences, encoded once, serves both bag-of-sentences baselines.
+    sampled = tag_finetuning.subsample_per_entity(corpus.sentence_entity, np.arange(corpus.num_entities),
+                                                  config.bos_sentences_per_movie, self.config.seed)
+    sentence_vectors = encode([corpus.sentences[i] for i in sampled])
+    sentence_entity = corpus.sentence_entity[sampled]
+    movie_texts = [" ".join(sentences) for sentences in documents]
+    in_split = lambda movies: np.isin(sentence_entity, movies)
     results = {}
-    for split, (movies, queries) in search_tasks(self.corpus, self.config.eval.search_min_votes).items():
-      index = bm25.BM25Index([" ".join(documents[m]) for m in movies])
+    for split, (movies, queries) in search_tasks(corpus, config.search_min_votes).items():
+      index = bm25.BM25Index([movie_texts[m] for m in movies])
       metrics = movie_search.evaluate_search(index.scores(queries.queries), queries)
       results.update({f"bm25/{split}/{k}": v for k, v in metrics.items()})
+      kept = in_split(movies)
+      scores = movie_search.bag_of_sentences_search_scores(
+          encode(queries.queries), sentence_vectors[kept], np.searchsorted(movies, sentence_entity[kept]),
+          len(movies))
+      metrics = movie_search.evaluate_search(scores, queries)
+      results.update({f"bos/{split}/{k}": v for k, v in metrics.items()})
+
+    train_movies, test_movies = corpus.entity_split["train"], corpus.entity_split["test"]
+    for label_set in self._label_sets():
+      for name, scores in (
+          ("top_tags", tag_prediction.top_tags_scores(label_set.votes[train_movies], len(test_movies),
+                                                      label_set.vote_threshold)),
+          # IDF over every movie's reviews (no labels involved); scores of the held-out movies.
+          ("tfidf", tag_prediction.tfidf_tag_scores(movie_texts, label_set.texts)[test_movies])):
+        metrics = tag_finetuning.evaluate_label_scores(scores, label_set, test_movies)
+        results.update({f"{name}/test/{label_set.name}_{k}": v for k, v in metrics.items()})
+    train, test = (tag_finetuning.Items(sentence_vectors[in_split(m)], sentence_entity[in_split(m)])
+                   for m in (train_movies, test_movies))
+    bos_bert = tag_finetuning.evaluate_tag_tasks(self._tag_finetuner(bert_params), self._label_sets(), train, test)
+    results.update({f"bos_bert/test/{k}": v for k, v in bos_bert.items()})
     logging.info("Baselines: %s", results)
     return results

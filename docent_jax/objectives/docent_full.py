@@ -1,0 +1,177 @@
+"""DOCENT-FULL (Zemlyanskiy et al., EACL 2021): entities as extra tokens of BERT's vocabulary.
+
+Each review sentence s of entity e becomes `[CLS] e [SEP] s [SEP]`. Word pieces of s are masked at
+`loss.mlm_rate` (BERT's 80/10/10) and the entity token is replaced by [MASK] in
+`loss.entity_mask_rate` of the examples; both are predicted by one softmax over word pieces and
+entities (the entity part computed shard by shard over the row-sharded entity table).
+Loss = L_E (masked entities) + `loss.mlm_weight` * L_MLM (masked word pieces). Evaluation is
+zero-shot movie search by P(e | query) from `[CLS] [MASK] [SEP] query [SEP]`.
+"""
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+import ml_collections
+import numpy as np
+
+from docent_jax import losses
+from docent_jax import parallel
+from docent_jax.data import review_corpus
+from docent_jax.data import review_pipeline
+from docent_jax.data import tokenization
+from docent_jax.evaluation import movie_search
+from docent_jax.models import docent_full
+from docent_jax.models import masking
+from docent_jax.models import pretrained
+from docent_jax.objectives import base
+from docent_jax.objectives import docent_dual
+
+# Word pieces predicted per example at most: twice the expected number of masked ones, so that
+# capping (as BERT's max_predictions_per_seq) almost never drops a chosen position.
+_PREDICTION_HEADROOM = 2.0
+
+
+def max_predictions(length: int, rate: float) -> int:
+  """Static number of word-piece predictions per example for sequences of `length`."""
+  return max(1, min(length - docent_full.SENTENCE_START - 1, math.ceil(_PREDICTION_HEADROOM * rate * length)))
+
+
+class DocentFullObjective(base.Objective):
+  """Masked prediction of word pieces and entity tokens; zero-shot search evaluation."""
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
+    super().__init__(config, mesh)
+    for name in ("mlm_rate", "entity_mask_rate"):
+      if not 0.0 <= config.loss[name] <= 1.0:
+        raise ValueError(f"loss.{name} must be in [0, 1]; got {config.loss[name]}.")
+    self.corpus = review_corpus.load_review_corpus(
+        config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
+    self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
+    self.bert_config, self._bert_params = pretrained.load_or_create_bert(
+        config.model.pretrained, config.model.bert.to_dict(), self.tokenizer.vocab_size)
+    self.model = docent_full.DocentFull(self.bert_config, num_entities=self.corpus.num_entities,
+                                        dtype=jnp.dtype(config.model.dtype))
+    tokenizer = self.tokenizer
+    self.special_ids = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
+                        "mask": tokenizer.mask_token_id, "pad": tokenizer.pad_token_id}
+
+  def init_variables(self, rng: jax.Array) -> Any:
+    length = self.config.data.max_len
+    tokens = jnp.zeros((1, length), jnp.int32)
+    ids = jnp.zeros((1,), jnp.int32)
+    return self.model.init(rng, tokens, tokens, tokens, ids, jnp.ones((1,), bool), jnp.zeros((1, 1), jnp.int32)
+                           )["params"]
+
+  def pretrained_params(self) -> dict[str, Any]:
+    if self._bert_params is None:
+      return {}
+    params = dict(self._bert_params)
+    # A checkpoint's MLM head (MiniLM ships none) initialises ours; otherwise it starts fresh.
+    head = params.pop(pretrained.MLM_HEAD_KEY, None)
+    return {"bert": params, **({"mlm_head": head} if head is not None else {})}
+
+  def train_batches(self, seed: int) -> Any:
+    return review_pipeline.sentence_batches(
+        self.corpus.sentence_source, self.tokenizer, global_batch_size=self.config.train.global_batch_size,
+        seed=seed, max_len=self.config.data.max_len)
+
+  def layout(self, sentence_tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """`[CLS] [MASK] [SEP] sentence [SEP]` and its token types (see `docent_full.two_segment_inputs`)."""
+    ids = self.special_ids
+    return docent_full.two_segment_inputs(sentence_tokens, slot_id=ids["mask"], sep_id=ids["sep"],
+                                          pad_id=ids["pad"])
+
+  def corrupt(self, sentence_tokens: jax.Array, rng: jax.Array) -> dict[str, jax.Array]:
+    """The masked two-segment inputs of a batch of sentences and what to predict.
+
+    Returns a dict of 'tokens' (corrupted), 'token_types', 'attention_mask' [b, L];
+    'entity_visible' [b] (False where the entity token is masked); 'word_positions',
+    'word_labels', 'word_mask' [b, k]: the positions to predict (the chosen ones where
+    'word_mask'), their original word pieces.
+    """
+    ids = self.special_ids
+    tokens, token_types = self.layout(sentence_tokens)
+    batch, length = tokens.shape
+    word_rng, cap_rng, entity_rng = jax.random.split(rng, 3)
+    # Only the sentence's own word pieces: never [CLS], [SEP], padding or the entity position.
+    maskable = ((jnp.arange(length) >= docent_full.SENTENCE_START) & (tokens != ids["pad"])
+                & (tokens != ids["sep"]) & (tokens != ids["cls"]))
+    corrupted, labels, chosen = masking.mask_tokens(
+        word_rng, tokens, maskable, rate=self.config.loss.mlm_rate, mask_id=ids["mask"],
+        vocab_size=self.bert_config.vocab_size)
+    # Keep at most k chosen positions per row, picked at random; the others are left uncorrupted.
+    priority = chosen + 0.5 * jax.random.uniform(cap_rng, chosen.shape)
+    _, positions = jax.lax.top_k(priority, max_predictions(length, self.config.loss.mlm_rate))
+    predicted = jnp.take_along_axis(chosen, positions, axis=1)
+    kept = jnp.zeros_like(chosen).at[jnp.arange(batch)[:, None], positions].set(predicted)
+    entity_masked = jax.random.bernoulli(entity_rng, self.config.loss.entity_mask_rate, (batch,))
+    return {
+        "tokens": jnp.where(kept, corrupted, tokens),
+        "token_types": token_types,
+        "attention_mask": (tokens != ids["pad"]).astype(jnp.int32),
+        "entity_visible": ~entity_masked,
+        "word_positions": positions,
+        "word_labels": jnp.take_along_axis(labels, positions, axis=1),
+        "word_mask": predicted,
+    }
+
+  def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    mask_rng, dropout_rng = jax.random.split(rng)
+    inputs = self.corrupt(batch["tokens"], mask_rng)
+    entity_positions = jnp.full((len(batch["entity"]), 1), docent_full.ENTITY_POSITION, jnp.int32)
+    positions = jnp.concatenate([entity_positions, inputs["word_positions"]], axis=1)
+    outputs = self.model.apply(
+        {"params": params}, inputs["tokens"], inputs["token_types"], inputs["attention_mask"], batch["entity"],
+        inputs["entity_visible"], positions, deterministic=False, rngs={"dropout": dropout_rng})
+    word_table, word_bias, entity_table = self.model.apply(
+        {"params": params}, method=docent_full.DocentFull.output_tables)
+    vocab_size, dim = word_table.shape
+    split_softmax = lambda hidden, labels, mask: losses.split_softmax_loss(
+        hidden, word_table, word_bias, entity_table, labels, mask, mesh=self.mesh)
+    entity_loss, entity_metrics = split_softmax(outputs[:, 0], vocab_size + batch["entity"],
+                                                ~inputs["entity_visible"])
+    mlm_loss, mlm_metrics = split_softmax(outputs[:, 1:].reshape(-1, dim), inputs["word_labels"].reshape(-1),
+                                          inputs["word_mask"].reshape(-1))
+    loss = entity_loss + self.config.loss.mlm_weight * mlm_loss
+    return loss, {
+        "loss": loss,
+        "entity_loss": entity_loss,
+        "mlm_loss": mlm_loss,
+        "entity_accuracy": entity_metrics["accuracy"],
+        "mlm_accuracy": mlm_metrics["accuracy"],
+        "mlm_entity_fraction": mlm_metrics["entity_fraction"],  # Word positions predicted as entities.
+        "entity_mask_fraction": jnp.mean(~inputs["entity_visible"]),
+        "num_masked_words": jnp.sum(inputs["word_mask"]),
+    }
+
+  def entity_scores(self, params: Any, texts: list[str]) -> np.ndarray:
+    """Logits over all entity rows at the masked entity position of `[CLS] [MASK] [SEP] text [SEP]`: [T, N]."""
+    sentence_tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
+
+    def score(p, sentences):
+      tokens, token_types = self.layout(sentences)
+      batch = len(tokens)
+      hidden = self.model.apply(
+          {"params": p}, tokens, token_types, (tokens != self.special_ids["pad"]).astype(jnp.int32),
+          jnp.zeros((batch,), jnp.int32), jnp.zeros((batch,), bool),
+          jnp.full((batch, 1), docent_full.ENTITY_POSITION, jnp.int32))
+      _, _, table = self.model.apply({"params": p}, method=docent_full.DocentFull.output_tables)
+      return jnp.einsum("bd,nd->bn", hidden[:, 0], table, preferred_element_type=jnp.float32)
+
+    return parallel.map_batches(score, params, sentence_tokens, batch_size=self.config.eval.batch_size,
+                                mesh=self.mesh)
+
+  def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:
+    _, _, table = self.model.apply({"params": params}, method=docent_full.DocentFull.output_tables)
+    return self.corpus.entity_ids, np.asarray(jax.device_get(table))
+
+  def evaluate(self, params: Any) -> dict[str, float]:
+    """Zero-shot movie search on the tag queries of the evaluated movies, by P(e | query)."""
+    results = {}
+    for split, (movies, queries) in docent_dual.search_tasks(self.corpus, self.config.eval.search_min_votes).items():
+      # The softmax's normaliser is shared by all entities, so logits rank like P(e | query).
+      scores = self.entity_scores(params, queries.queries)[:, movies]
+      results.update({f"{split}/{k}": v for k, v in movie_search.evaluate_search(scores, queries).items()})
+    return results
