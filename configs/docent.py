@@ -10,6 +10,8 @@ review TSV files. Examples:
 """
 import ml_collections
 
+from configs import common
+
 VARIANTS = ("dual", "full", "hybrid")
 
 
@@ -22,20 +24,11 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.name = f"docent_{variant}"
   config.seed = 0
 
-  config.data = ml_collections.ConfigDict()
-  config.data.dataset = dataset or "imdb_movielens"
-  config.data.tfds_data_dir = ml_collections.FieldReference(None, field_type=str)  # TFDS default when None.
-  config.data.manual_dir = ml_collections.FieldReference(None, field_type=str)  # Download when None and online.
-  config.data.max_len = 64
+  config.data = common.data(dataset or "imdb_movielens", max_len=64)
 
-  config.model = ml_collections.ConfigDict()
-  config.model.pretrained = "minilm-l6"  # Alias or Hugging Face BERT directory; "" = fresh, shaped by model.bert.
-  config.model.tokenizer = "minilm-l6"
-  config.model.bert = ml_collections.ConfigDict(dict(
-      hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536))
+  config.model = common.bert_model()
   config.model.scale = 20.0  # Of the cosine similarity; learned from this value unless learn_scale is False.
   config.model.learn_scale = True
-  config.model.dtype = "float32"
 
   config.loss = ml_collections.ConfigDict()
   config.loss.negatives = "in_batch"  # in_batch (across all devices) | full (softmax over the sharded table)
@@ -43,23 +36,11 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.loss.mlm_rate = 0.15  # Word pieces chosen for masked prediction (full, hybrid).
   config.loss.entity_mask_rate = 0.5  # Examples whose entity token is masked (full).
 
-  config.optim = ml_collections.ConfigDict()
-  config.optim.learning_rate = 5e-5
-  config.optim.warmup_steps = 100
-  config.optim.weight_decay = 0.01
-  config.optim.grad_clip_norm = 1.0
-  config.optim.b1 = 0.9
-  config.optim.b2 = 0.999
-  config.optim.eps = 1e-8
   # Each entity row is updated only when one of its sentences is in the batch.
-  config.optim.lr_multipliers = (("^entities/", 100.0),)
+  config.optim = common.optimizer(learning_rate=5e-5, warmup_steps=100, lr_multipliers=(("^entities/", 100.0),))
 
-  config.train = ml_collections.ConfigDict()
-  config.train.global_batch_size = 32
-  config.train.num_steps = 1_500
-  config.train.log_every_steps = 50
-  config.train.checkpoint_every_steps = 500
-  config.train.keep_checkpoints = 3
+  config.train = common.training(global_batch_size=32, num_steps=1_500, log_every_steps=50,
+                                 checkpoint_every_steps=500)
 
   config.eval = ml_collections.ConfigDict()
   config.eval.batch_size = 128
@@ -81,9 +62,7 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.eval.bos_sentences_per_movie = 8
   config.eval.bos_pooling = "mean"
 
-  config.mesh = ml_collections.ConfigDict()
-  config.mesh.shape = (-1, 1)  # (data, model); -1 takes the remaining devices.
-  config.mesh.rules = ()
+  config.mesh = common.mesh()
 
   config.baselines = ml_collections.ConfigDict()
   return config

@@ -1,0 +1,38 @@
+"""Config blocks every method shares: the optimizer, the training loop and the device mesh."""
+import ml_collections
+
+
+def optimizer(learning_rate: float, warmup_steps: int, lr_multipliers: tuple = ()) -> ml_collections.ConfigDict:
+  """AdamW with linear warm-up and decay; lr_multipliers: ((param path regex, multiplier), ...)."""
+  return ml_collections.ConfigDict(dict(
+      learning_rate=learning_rate, warmup_steps=warmup_steps, weight_decay=0.01, grad_clip_norm=1.0,
+      b1=0.9, b2=0.999, eps=1e-8, lr_multipliers=lr_multipliers))
+
+
+def training(global_batch_size: int, num_steps: int, log_every_steps: int,
+             checkpoint_every_steps: int) -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(dict(
+      global_batch_size=global_batch_size, num_steps=num_steps, log_every_steps=log_every_steps,
+      checkpoint_every_steps=checkpoint_every_steps, keep_checkpoints=3))
+
+
+def mesh() -> ml_collections.ConfigDict:
+  """(data, model) axes; -1 takes the remaining devices. rules override parallel.DEFAULT_RULES:
+  ((logical axis, mesh axes), ...)."""
+  return ml_collections.ConfigDict(dict(shape=(-1, 1), rules=()))
+
+
+def data(dataset: str, max_len: int) -> ml_collections.ConfigDict:
+  """A registered dataset name or a directory; built under tfds_data_dir (TFDS's default when None) from
+  manual_dir (downloaded when None and online); texts tokenized to max_len."""
+  return ml_collections.ConfigDict(dict(
+      dataset=dataset, max_len=max_len,
+      tfds_data_dir=ml_collections.FieldReference(None, field_type=str),
+      manual_dir=ml_collections.FieldReference(None, field_type=str)))
+
+
+def bert_model(pretrained: str = "minilm-l6") -> ml_collections.ConfigDict:
+  """pretrained: an alias or Hugging Face BERT directory; "" = a fresh BERT shaped by `bert`."""
+  return ml_collections.ConfigDict(dict(
+      pretrained=pretrained, tokenizer="minilm-l6", dtype="float32",
+      bert=dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)))
