@@ -8,6 +8,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import pytest
 
+import review_fixtures
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -18,3 +20,14 @@ def shared_data_dir() -> pathlib.Path:
   if not path.is_dir():
     pytest.fail(f"Real-data tests need the shared datasets at {path} (set DOCENT_JAX_DATA).")
   return path
+
+
+@pytest.fixture(scope="session")
+def reviews_dir(tmp_path_factory) -> pathlib.Path:
+  """The tiny review corpus of `review_fixtures`."""
+  return review_fixtures.write_tiny_reviews(tmp_path_factory.mktemp("reviews"))
+
+
+@pytest.fixture(scope="session")
+def reviews_tfds_dir(tmp_path_factory) -> pathlib.Path:
+  return tmp_path_factory.mktemp("reviews_tfds")

@@ -10,16 +10,16 @@ from docent_jax import train
 from docent_jax.models import bert
 from docent_jax.models import docent_full as docent_full_model
 from docent_jax.objectives import docent_full
-from test_docent_dual import reviews_dir, tfds_dir, tiny_config  # pylint: disable=unused-import
+from review_fixtures import tiny_config
 
 
-def full_config(reviews_dir, tfds_dir):
-  return tiny_config(reviews_dir, tfds_dir, variant="full")
+def full_config(reviews_dir, reviews_tfds_dir):
+  return tiny_config(reviews_dir, reviews_tfds_dir, variant="full")
 
 
 @pytest.fixture(scope="module")
-def objective(reviews_dir, tfds_dir):
-  config = full_config(reviews_dir, tfds_dir)
+def objective(reviews_dir, reviews_tfds_dir):
+  config = full_config(reviews_dir, reviews_tfds_dir)
   return docent_full.DocentFullObjective(config, parallel.create_mesh(config.mesh))
 
 
@@ -77,8 +77,8 @@ def test_masking_never_touches_special_positions(objective, monkeypatch):
   assert 0.3 < np.mean(entity_masked) < 0.7  # entity_mask_rate 0.5 over 160 examples.
 
 
-def test_full_trains_and_writes_search_metrics(reviews_dir, tfds_dir, tmp_path):
-  config = full_config(reviews_dir, tfds_dir)
+def test_full_trains_and_writes_search_metrics(reviews_dir, reviews_tfds_dir, tmp_path):
+  config = full_config(reviews_dir, reviews_tfds_dir)
   config.train.num_steps = config.train.checkpoint_every_steps = 3
   results = train.train_and_evaluate(config, tmp_path)
   for split in ("test", "all"):
@@ -87,9 +87,9 @@ def test_full_trains_and_writes_search_metrics(reviews_dir, tfds_dir, tmp_path):
   assert results["docent_full/all/search_num_queries"] == 4  # One query per theme tag.
 
 
-def test_entity_rows_stay_sharded_in_the_train_step_and_loss_matches_one_device(reviews_dir, tfds_dir):
+def test_entity_rows_stay_sharded_in_the_train_step_and_loss_matches_one_device(reviews_dir, reviews_tfds_dir):
   def run(shape):
-    config = full_config(reviews_dir, tfds_dir)
+    config = full_config(reviews_dir, reviews_tfds_dir)
     config.mesh.shape = shape
     trainer = train.Trainer(config, "unused")
     state = trainer.initial_state()
@@ -107,7 +107,7 @@ def test_entity_rows_stay_sharded_in_the_train_step_and_loss_matches_one_device(
   assert specs == (rows_over_all, rows_over_all)
   assert metrics_1["entity_loss"] > 0 and metrics_1["mlm_loss"] > 0
   assert metrics_1["loss"] == pytest.approx(
-      metrics_1["entity_loss"] + full_config(reviews_dir, tfds_dir).loss.mlm_weight * metrics_1["mlm_loss"])
+      metrics_1["entity_loss"] + full_config(reviews_dir, reviews_tfds_dir).loss.mlm_weight * metrics_1["mlm_loss"])
   # Same masks, dropout and loss on 8 devices as on one; the gradient norm checks the backward pass.
   for key in ("loss", "entity_loss", "mlm_loss", "num_masked_words", "entity_mask_fraction", "grad_norm"):
     assert metrics_8[key] == pytest.approx(metrics_1[key], rel=1e-5), key

@@ -1,6 +1,5 @@
 """DOCENT-HYBRID on the tiny review corpus: training, the entity-conditioned MLM, masking, sharding."""
 import json
-import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -12,22 +11,11 @@ from docent_jax import train
 from docent_jax.data import tokenization
 from docent_jax.models import hybrid_encoder
 from docent_jax.objectives import docent_hybrid
-from test_docent_dual import tiny_config
-from test_docent_dual import write_tiny_reviews
+from review_fixtures import tiny_config
 
 
-@pytest.fixture(scope="module")
-def reviews_dir(tmp_path_factory) -> pathlib.Path:
-  return write_tiny_reviews(tmp_path_factory.mktemp("reviews"))
-
-
-@pytest.fixture(scope="module")
-def tfds_dir(tmp_path_factory) -> pathlib.Path:
-  return tmp_path_factory.mktemp("tfds")
-
-
-def hybrid_config(reviews_dir, tfds_dir, negatives="in_batch", mesh_shape=(-1, 1)):
-  config = tiny_config(reviews_dir, tfds_dir, negatives, variant="hybrid")
+def hybrid_config(reviews_dir, reviews_tfds_dir, negatives="in_batch", mesh_shape=(-1, 1)):
+  config = tiny_config(reviews_dir, reviews_tfds_dir, negatives, variant="hybrid")
   config.loss.mlm_weight = 0.5
   config.mesh.shape = mesh_shape
   return config
@@ -41,12 +29,12 @@ def trainer_and_batch(config):
 
 
 @pytest.fixture(scope="module")
-def one_device(reviews_dir, tfds_dir):
-  return trainer_and_batch(hybrid_config(reviews_dir, tfds_dir, mesh_shape=(1, 1)))
+def one_device(reviews_dir, reviews_tfds_dir):
+  return trainer_and_batch(hybrid_config(reviews_dir, reviews_tfds_dir, mesh_shape=(1, 1)))
 
 
-def test_hybrid_trains_and_writes_search_metrics_beside_bm25(reviews_dir, tfds_dir, tmp_path):
-  results = train.train_and_evaluate(hybrid_config(reviews_dir, tfds_dir), tmp_path)
+def test_hybrid_trains_and_writes_search_metrics_beside_bm25(reviews_dir, reviews_tfds_dir, tmp_path):
+  results = train.train_and_evaluate(hybrid_config(reviews_dir, reviews_tfds_dir), tmp_path)
   assert json.loads((tmp_path / "results.json").read_text()) == results
   for model in ("docent_hybrid", "bm25"):
     for split in ("test", "all"):
@@ -99,16 +87,16 @@ def test_masked_positions_are_never_special_tokens_or_padding(one_device):
 
 
 @pytest.mark.parametrize("negatives", ["in_batch", "full"])
-def test_loss_and_grads_on_a_mesh_match_one_device(reviews_dir, tfds_dir, one_device, negatives):
+def test_loss_and_grads_on_a_mesh_match_one_device(reviews_dir, reviews_tfds_dir, one_device, negatives):
   def loss_and_grads(trainer, state, batch):
-    config = hybrid_config(reviews_dir, tfds_dir, negatives)
+    config = hybrid_config(reviews_dir, reviews_tfds_dir, negatives)
     objective = docent_hybrid.DocentHybridObjective(config, trainer.mesh)
     (loss, metrics), grads = jax.jit(jax.value_and_grad(objective.loss, has_aux=True))(
         state.params, batch, jax.random.key(5))
     return float(loss), float(metrics["mlm_loss"]), jax.device_get(grads)
 
   loss_1, mlm_1, grads_1 = loss_and_grads(*one_device)
-  loss_8, mlm_8, grads_8 = loss_and_grads(*trainer_and_batch(hybrid_config(reviews_dir, tfds_dir, negatives, (2, 4))))
+  loss_8, mlm_8, grads_8 = loss_and_grads(*trainer_and_batch(hybrid_config(reviews_dir, reviews_tfds_dir, negatives, (2, 4))))
   assert loss_8 == pytest.approx(loss_1, rel=1e-5)
   assert mlm_8 == pytest.approx(mlm_1, rel=1e-5)
   flat_1 = dict(jax.tree_util.tree_flatten_with_path(grads_1)[0])

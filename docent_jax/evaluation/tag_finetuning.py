@@ -19,7 +19,6 @@ import functools
 from typing import Any
 
 from absl import logging
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh

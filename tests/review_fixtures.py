@@ -1,0 +1,49 @@
+"""A tiny review corpus (review TSV layout) and a tiny DOCENT config over it, for objective tests."""
+import pathlib
+
+from configs import docent
+
+_THEMES = {
+    "space": "a space crew of astronauts explores distant planets and alien worlds",
+    "horror": "a horror house full of ghosts and screaming victims at midnight",
+    "romance": "a romance where two lovers meet in paris and fall in love over dinner",
+    "western": "a western where a lonely cowboy rides his horse to a dusty saloon",
+}
+NUM_ENTITIES = 16
+
+
+def write_tiny_reviews(directory: pathlib.Path) -> pathlib.Path:
+  """16 movies in 4 themes, 6 reviews each; each movie's theme is also its tag."""
+  directory.mkdir(parents=True, exist_ok=True)
+  themes = list(_THEMES)
+  reviews, tags = [], []
+  for movie in range(NUM_ENTITIES):
+    theme = themes[movie % len(themes)]
+    for review in range(6):
+      reviews.append(f"m{movie}\tReview {review} of film {movie}: {_THEMES[theme]}. I liked it, movie {movie}.")
+    tags.append(f"m{movie}\t{theme}\t{1 + movie % 3}")
+  (directory / "reviews.tsv").write_text("\n".join(reviews) + "\n")
+  (directory / "tags.tsv").write_text("\n".join(tags) + "\n")
+  return directory
+
+
+def tiny_config(reviews_dir, tfds_dir, negatives="in_batch", variant="dual"):
+  config = docent.get_config(f"{variant},{reviews_dir}")
+  config.data.tfds_data_dir = str(tfds_dir)
+  config.data.max_len = 24
+  config.model.pretrained = ""
+  config.model.bert.update(dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64))
+  config.loss.negatives = negatives
+  config.optim.learning_rate = 1e-3
+  config.optim.warmup_steps = 2
+  config.train.global_batch_size = 8
+  config.train.num_steps = 6
+  config.train.log_every_steps = 2
+  config.train.checkpoint_every_steps = 3
+  config.eval.batch_size = 8
+  config.eval.tag_finetune_steps = 8
+  config.eval.tag_learning_rate = 1e-3
+  config.eval.tag_items_per_step = 4
+  config.eval.tag_tags_per_step = 2  # Below the 4 tags: candidates are sampled.
+  config.eval.bos_sentences_per_movie = 2
+  return config
