@@ -77,7 +77,7 @@ def test_masking_never_touches_special_positions(objective, monkeypatch):
   assert 0.3 < np.mean(entity_masked) < 0.7  # entity_mask_rate 0.5 over 160 examples.
 
 
-def test_full_trains_and_writes_search_metrics(reviews_dir, reviews_tfds_dir, tmp_path):
+def test_full_trains_and_writes_search_metrics_beside_baselines(reviews_dir, reviews_tfds_dir, tmp_path):
   config = full_config(reviews_dir, reviews_tfds_dir)
   config.train.num_steps = config.train.checkpoint_every_steps = 3
   results = train.train_and_evaluate(config, tmp_path)
@@ -85,6 +85,8 @@ def test_full_trains_and_writes_search_metrics(reviews_dir, reviews_tfds_dir, tm
     assert 0.0 < results[f"docent_full/{split}/search_mrr"] <= 1.0
     assert 0.0 <= results[f"docent_full/{split}/search_recall@10"] <= 1.0
   assert results["docent_full/all/search_num_queries"] == 4  # One query per theme tag.
+  for baseline in ("bm25/all/search_mrr", "bos/all/search_mrr", "tfidf/test/tags_auc", "bos_bert/test/tags_auc"):
+    assert baseline in results
 
 
 def test_entity_rows_stay_sharded_in_the_train_step_and_loss_matches_one_device(reviews_dir, reviews_tfds_dir):

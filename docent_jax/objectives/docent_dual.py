@@ -48,57 +48,11 @@ def search_tasks(corpus: review_corpus.ReviewCorpus,
   return tasks
 
 
-class DocentDualObjective(base.Objective):
-  """Sentence -> entity classification with a scaled-cosine dual encoder; zero-shot search evaluation."""
+class ReviewBaselines:
+  """Tag fine-tuning and the untrained baselines every DOCENT objective reports beside its own numbers.
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
-    super().__init__(config, mesh)
-    if config.loss.negatives not in NEGATIVES:
-      raise ValueError(f"Unknown loss.negatives {config.loss.negatives!r}; valid: {list(NEGATIVES)}.")
-    self.corpus = review_corpus.load_review_corpus(
-        config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
-    self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    bert_config, self._bert_params = pretrained.load_or_create_bert(
-        config.model.pretrained, config.model.bert.to_dict(), self.tokenizer.vocab_size)
-    self.model = dual_encoder.DualEncoder(
-        bert_config, num_entities=self.corpus.num_entities, initial_scale=config.model.scale,
-        learn_scale=config.model.learn_scale, dtype=jnp.dtype(config.model.dtype))
-
-  def init_variables(self, rng: jax.Array) -> Any:
-    tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
-    return self.model.init(rng, tokens, jnp.zeros((1,), jnp.int32))["params"]
-
-  def pretrained_params(self) -> dict[str, Any]:
-    return {} if self._bert_params is None else {"bert": self._bert_params}
-
-  def train_batches(self, seed: int) -> Any:
-    return review_pipeline.sentence_batches(
-        self.corpus.sentence_source, self.tokenizer, global_batch_size=self.config.train.global_batch_size,
-        seed=seed, max_len=self.config.data.max_len)
-
-  def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
-    queries, entities, scale = self.model.apply({"params": params}, batch["tokens"], batch["entity"],
-                                                deterministic=False, rngs={"dropout": rng})
-    if self.config.loss.negatives == "in_batch":
-      loss, metrics = losses.in_batch_softmax_loss(queries, entities, batch["entity"], scale)
-    else:
-      table = self.model.apply({"params": params}, method=dual_encoder.DualEncoder.entity_table)
-      loss, metrics = losses.full_softmax_loss(queries, table, batch["entity"], scale, mesh=self.mesh)
-    return loss, {**metrics, "loss": loss, "scale": scale}
-
-  def encode_texts(self, params: Any, texts: list[str]) -> np.ndarray:
-    """Normalised [CLS] vectors of texts, batched over the data axis."""
-    tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
-    encode = lambda p, t: self.model.apply({"params": p}, t, method=dual_encoder.DualEncoder.encode_sentences)
-    return parallel.map_batches(encode, params, tokens, batch_size=self.config.eval.batch_size, mesh=self.mesh)
-
-  def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:
-    table = self.model.apply({"params": params}, method=dual_encoder.DualEncoder.entity_table)
-    return self.corpus.entity_ids, np.asarray(jax.device_get(table))
-
-  def tag_encoder_params(self, params: Any) -> Any:
-    """The BERT params the tag encoder f(t) is fine-tuned from: the trained sentence encoder's."""
-    return params["bert"]
+  Needs `config`, `corpus`, `tokenizer`, `mesh`, `model.config` (the BERT config) and `_bert_params`.
+  """
 
   def _tag_finetuner(self, bert_params: Any) -> tag_finetuning.TagFinetuner:
     config = self.config.eval
@@ -111,21 +65,6 @@ class DocentDualObjective(base.Objective):
 
   def _label_sets(self) -> list[tag_finetuning.LabelSet]:
     return tag_finetuning.label_sets(self.corpus, self.config.eval.tag_vote_threshold)
-
-  def evaluate(self, params: Any) -> dict[str, float]:
-    """Zero-shot movie search by P(e | query); tag prediction on held-out movies with g(e) frozen."""
-    _, table = self.export_embeddings(params)
-    results = {}
-    for split, (movies, queries) in search_tasks(self.corpus, self.config.eval.search_min_votes).items():
-      scores = self.encode_texts(params, queries.queries) @ table[movies].T
-      results.update({f"{split}/{k}": v for k, v in movie_search.evaluate_search(scores, queries).items()})
-    train, test = (tag_finetuning.Items(table[m], m) for m in (self.corpus.entity_split["train"],
-                                                                self.corpus.entity_split["test"]))
-    tags = tag_finetuning.evaluate_tag_tasks(
-        self._tag_finetuner(self.tag_encoder_params(params)), self._label_sets(), train, test,
-        open_vocabulary_fractions=self.config.eval.open_vocabulary_fractions, seed=self.config.seed)
-    results.update({f"test/{k}": v for k, v in tags.items()})
-    return results
 
   def _pretrained_bert(self) -> Any:
     """The pretrained encoder of the baselines (a fixed random one when the config names none)."""
@@ -179,4 +118,72 @@ class DocentDualObjective(base.Objective):
     bos_bert = tag_finetuning.evaluate_tag_tasks(self._tag_finetuner(bert_params), self._label_sets(), train, test)
     results.update({f"bos_bert/test/{k}": v for k, v in bos_bert.items()})
     logging.info("Baselines: %s", results)
+    return results
+
+
+class DocentDualObjective(ReviewBaselines, base.Objective):
+  """Sentence -> entity classification with a scaled-cosine dual encoder; zero-shot search evaluation."""
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
+    super().__init__(config, mesh)
+    if config.loss.negatives not in NEGATIVES:
+      raise ValueError(f"Unknown loss.negatives {config.loss.negatives!r}; valid: {list(NEGATIVES)}.")
+    self.corpus = review_corpus.load_review_corpus(
+        config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
+    self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
+    bert_config, self._bert_params = pretrained.load_or_create_bert(
+        config.model.pretrained, config.model.bert.to_dict(), self.tokenizer.vocab_size)
+    self.model = dual_encoder.DualEncoder(
+        bert_config, num_entities=self.corpus.num_entities, initial_scale=config.model.scale,
+        learn_scale=config.model.learn_scale, dtype=jnp.dtype(config.model.dtype))
+
+  def init_variables(self, rng: jax.Array) -> Any:
+    tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
+    return self.model.init(rng, tokens, jnp.zeros((1,), jnp.int32))["params"]
+
+  def pretrained_params(self) -> dict[str, Any]:
+    return {} if self._bert_params is None else {"bert": self._bert_params}
+
+  def train_batches(self, seed: int) -> Any:
+    return review_pipeline.sentence_batches(
+        self.corpus.sentence_source, self.tokenizer, global_batch_size=self.config.train.global_batch_size,
+        seed=seed, max_len=self.config.data.max_len)
+
+  def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    queries, entities, scale = self.model.apply({"params": params}, batch["tokens"], batch["entity"],
+                                                deterministic=False, rngs={"dropout": rng})
+    if self.config.loss.negatives == "in_batch":
+      loss, metrics = losses.in_batch_softmax_loss(queries, entities, batch["entity"], scale)
+    else:
+      table = self.model.apply({"params": params}, method=dual_encoder.DualEncoder.entity_table)
+      loss, metrics = losses.full_softmax_loss(queries, table, batch["entity"], scale, mesh=self.mesh)
+    return loss, {**metrics, "loss": loss, "scale": scale}
+
+  def encode_texts(self, params: Any, texts: list[str]) -> np.ndarray:
+    """Normalised [CLS] vectors of texts, batched over the data axis."""
+    tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
+    encode = lambda p, t: self.model.apply({"params": p}, t, method=dual_encoder.DualEncoder.encode_sentences)
+    return parallel.map_batches(encode, params, tokens, batch_size=self.config.eval.batch_size, mesh=self.mesh)
+
+  def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:
+    table = self.model.apply({"params": params}, method=dual_encoder.DualEncoder.entity_table)
+    return self.corpus.entity_ids, np.asarray(jax.device_get(table))
+
+  def tag_encoder_params(self, params: Any) -> Any:
+    """The BERT params the tag encoder f(t) is fine-tuned from: the trained sentence encoder's."""
+    return params["bert"]
+
+  def evaluate(self, params: Any) -> dict[str, float]:
+    """Zero-shot movie search by P(e | query); tag prediction on held-out movies with g(e) frozen."""
+    _, table = self.export_embeddings(params)
+    results = {}
+    for split, (movies, queries) in search_tasks(self.corpus, self.config.eval.search_min_votes).items():
+      scores = self.encode_texts(params, queries.queries) @ table[movies].T
+      results.update({f"{split}/{k}": v for k, v in movie_search.evaluate_search(scores, queries).items()})
+    train, test = (tag_finetuning.Items(table[m], m) for m in (self.corpus.entity_split["train"],
+                                                                self.corpus.entity_split["test"]))
+    tags = tag_finetuning.evaluate_tag_tasks(
+        self._tag_finetuner(self.tag_encoder_params(params)), self._label_sets(), train, test,
+        open_vocabulary_fractions=self.config.eval.open_vocabulary_fractions, seed=self.config.seed)
+    results.update({f"test/{k}": v for k, v in tags.items()})
     return results

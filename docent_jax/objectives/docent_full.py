@@ -38,7 +38,7 @@ def max_predictions(length: int, rate: float) -> int:
   return max(1, min(length - docent_full.SENTENCE_START - 1, math.ceil(_PREDICTION_HEADROOM * rate * length)))
 
 
-class DocentFullObjective(base.Objective):
+class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
   """Masked prediction of word pieces and entity tokens; zero-shot search evaluation."""
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
