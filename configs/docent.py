@@ -29,6 +29,9 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.model = common.bert_model()
   config.model.scale = 20.0  # Of the cosine similarity; learned from this value unless learn_scale is False.
   config.model.learn_scale = True
+  # Entity rows start random or at the mean pretrained f(s) of some of the entity's sentences (dual, hybrid).
+  config.model.entity_init = "random"
+  config.model.entity_init_sentences = 16
 
   config.loss = ml_collections.ConfigDict()
   config.loss.negatives = "in_batch"  # in_batch (across all devices) | full (softmax over the sharded table)

@@ -212,3 +212,32 @@ def split_softmax_loss(hidden: jax.Array, word_table: jax.Array, word_bias: jax.
       "entity_fraction": _masked_mean(~is_word, mask),
   }
   return _masked_mean(log_sum_exp - positive, mask), metrics
+
+
+def supcon_loss(embeddings: jax.Array, labels: jax.Array,
+                temperature: float = 0.07) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """Supervised contrastive loss L^sup_out of Khosla et al. (2020) over the rows of a batch.
+
+  embeddings [B, d] (L2-normalised here), labels [B]. The positives P(i) of anchor i are the other
+  rows with its label; its loss is -1/|P(i)| sum_{p in P(i)} log(exp(z_i.z_p / t) / sum_{a != i}
+  exp(z_i.z_a / t)). The mean runs over anchors with at least one positive; the others are only
+  counted. With two views of each example and one label per example this is SimCLR's NT-Xent.
+  Under `jit` with the batch split over devices the [B, B] logits span the global batch.
+  """
+  _check_queries(embeddings, labels, "supcon_loss")
+  z = embeddings.astype(jnp.float32)
+  z = z * lax.rsqrt(jnp.maximum(jnp.sum(z * z, axis=-1, keepdims=True), 1e-12))
+  self_pair = jnp.eye(len(labels), dtype=bool)
+  logits = jnp.where(self_pair, -jnp.inf, jnp.einsum("bd,cd->bc", z, z) / temperature)
+  log_prob = logits - jax.nn.logsumexp(logits, axis=-1, keepdims=True)
+  positive = (labels[:, None] == labels[None, :]) & ~self_pair
+  num_positives = jnp.sum(positive, axis=-1)
+  has_positive = num_positives > 0
+  per_anchor = -jnp.sum(jnp.where(positive, log_prob, 0.0), axis=-1) / jnp.maximum(num_positives, 1)
+  nearest = jnp.argmax(logits, axis=-1)
+  metrics = {
+      "accuracy": _masked_mean(labels[nearest] == labels, has_positive),
+      "anchors_without_positive": jnp.sum(~has_positive),
+      "positives_per_anchor": _masked_mean(num_positives, has_positive),
+  }
+  return _masked_mean(per_anchor, has_positive), metrics

@@ -65,8 +65,10 @@ def test_loss_adds_weighted_mlm_and_mlm_gradient_reaches_the_entity_rows(one_dev
 def test_mlm_logits_depend_on_the_entity(one_device):
   trainer, state, batch = one_device
   model = trainer.objective.model
-  logits = lambda entity: model.apply({"params": state.params}, batch["tokens"], entity,
+  positions = jnp.tile(jnp.arange(4), (len(batch["entity"]), 1))
+  logits = lambda entity: model.apply({"params": state.params}, batch["tokens"], entity, positions,
                                       method=hybrid_encoder.HybridEncoder.masked_lm_logits)
+  assert logits(batch["entity"]).shape == (len(batch["entity"]), 4, model.config.vocab_size)
   other = (batch["entity"] + 1) % trainer.objective.corpus.num_entities
   assert float(jnp.max(jnp.abs(logits(batch["entity"]) - logits(other)))) > 1e-4
 
@@ -78,10 +80,12 @@ def test_masked_positions_are_never_special_tokens_or_padding(one_device):
   special = np.isin(tokens, objective.tokenizer.all_special_ids)
   assert (tokens[:, 0] == objective.tokenizer.cls_token_id).all() and (tokens == 0).any()
   for seed in range(5):
-    corrupted, labels, chosen = map(np.asarray, jax.jit(objective.mask_batch)(jnp.asarray(tokens),
-                                                                              jax.random.key(seed)))
-    np.testing.assert_array_equal(labels, tokens)
-    assert chosen.any(axis=1).all()
+    corrupted, positions, labels, predicted = map(np.asarray, jax.jit(objective.mask_batch)(
+        jnp.asarray(tokens), jax.random.key(seed)))
+    np.testing.assert_array_equal(labels, np.take_along_axis(tokens, positions, axis=1))
+    assert predicted.any(axis=1).all()
+    chosen = np.zeros_like(special)
+    np.put_along_axis(chosen, positions, predicted, axis=1)
     assert not (chosen & special).any()
     np.testing.assert_array_equal(corrupted[~chosen], tokens[~chosen])
 

@@ -27,3 +27,26 @@ def test_every_row_with_a_maskable_position_gets_one():
   _, _, chosen = masking.mask_tokens(jax.random.key(1), tokens, maskable, rate=0.0, mask_id=3, vocab_size=50)
   np.testing.assert_array_equal(np.asarray(chosen).sum(axis=1), [1, 1, 1, 0])
   assert np.asarray(chosen)[:3, 5].all()
+
+
+def test_max_predictions_leaves_headroom_and_respects_the_maskable_count():
+  assert masking.max_predictions(64, 0.15, max_maskable=62) == 20
+  assert masking.max_predictions(8, 0.9, max_maskable=6) == 6
+  assert masking.max_predictions(4, 0.0, max_maskable=2) == 1
+
+
+def test_cap_predictions_keeps_at_most_k_chosen_positions_and_corrupts_only_those():
+  rng = jax.random.key(0)
+  tokens = jnp.arange(1, 41, dtype=jnp.int32).reshape(2, 20)
+  corrupted = -tokens
+  chosen = jax.random.bernoulli(jax.random.key(1), 0.6, tokens.shape)
+  capped, positions, predicted = map(np.asarray, masking.cap_predictions(rng, tokens, corrupted, chosen, 5))
+  chosen = np.asarray(chosen)
+  assert positions.shape == predicted.shape == (2, 5)
+  for row in range(2):
+    assert len(set(positions[row])) == 5
+    # Chosen positions outrank the others, so a row with >= k chosen ones predicts k of them.
+    assert predicted[row].sum() == min(5, chosen[row].sum())
+    assert chosen[row, positions[row][predicted[row]]].all()
+    corrupted_at = np.flatnonzero(capped[row] < 0)
+    np.testing.assert_array_equal(np.sort(corrupted_at), np.sort(positions[row][predicted[row]]))

@@ -90,11 +90,24 @@ class DocentFull(nn.Module):
 
   def embed_inputs(self, tokens: jax.Array, entity_ids: jax.Array, entity_visible: jax.Array) -> jax.Array:
     """Word-piece embeddings of `tokens`, with entity rows at `ENTITY_POSITION` where visible: [b, L, hidden]."""
-    words = jnp.take(self.bert.word_embedding_matrix(), tokens, axis=0).astype(self.dtype)
     # Hidden entities look up row 0 (any valid row) so that no NaN row enters the computation.
-    entities = self.entities(jnp.where(entity_visible, entity_ids, 0)).astype(self.dtype)
+    return self.embed_rows(tokens, self.entities(jnp.where(entity_visible, entity_ids, 0)), entity_visible)
+
+  def embed_rows(self, tokens: jax.Array, entity_rows: jax.Array, entity_visible: jax.Array) -> jax.Array:
+    """Word-piece embeddings of `tokens` [b, L], with `entity_rows` [b, hidden] at `ENTITY_POSITION` where visible."""
+    words = jnp.take(self.bert.word_embedding_matrix(), tokens, axis=0).astype(self.dtype)
     at_entity = (jnp.arange(tokens.shape[1]) == ENTITY_POSITION)[None, :, None] & entity_visible[:, None, None]
-    return jnp.where(at_entity, entities[:, None, :], words)
+    return jnp.where(at_entity, entity_rows.astype(self.dtype)[:, None, :], words)
+
+  def cls_states(self, tokens: jax.Array, token_types: jax.Array, attention_mask: jax.Array,
+                 entity_rows: jax.Array) -> jax.Array:
+    """[CLS]'s last hidden state [b, hidden] of two-segment inputs with `entity_rows` [b, hidden] visible.
+
+    The rows are inputs rather than looked up, so a caller may hold them fixed: only the 'bert'
+    params are read, never the entity table.
+    """
+    embeddings = self.embed_rows(tokens, entity_rows, jnp.ones(tokens.shape[:1], bool))
+    return self.bert(tokens, attention_mask, token_types, input_embeddings=embeddings).last_hidden_state[:, 0]
 
   def output_tables(self) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(word table [V, hidden], word bias [V], entity table [N, hidden]) of the extended output softmax."""

@@ -22,14 +22,18 @@ class HybridEncoder(dual_encoder.DualEncoder):
     super().setup()
     self.mlm_head = bert.BertMLMHead(self.config, dtype=self.dtype, name="mlm_head")
 
-  def masked_lm_logits(self, tokens: jax.Array, entity_ids: jax.Array, *, deterministic: bool = True) -> jax.Array:
-    """Vocabulary logits [batch, length, vocab] of (masked) `tokens` [batch, length] about `entity_ids` [batch]."""
+  def masked_lm_logits(self, tokens: jax.Array, entity_ids: jax.Array, positions: jax.Array, *,
+                       deterministic: bool = True) -> jax.Array:
+    """Vocabulary logits [batch, k, vocab] at `positions` [batch, k] of (masked) `tokens` [batch, length]
+    about `entity_ids` [batch]."""
     hidden = self.bert(tokens, attention_mask=(tokens != 0).astype(jnp.int32),
                        deterministic=deterministic).last_hidden_state
+    hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
     entity = (self.entities(entity_ids) * math.sqrt(self.config.hidden_size)).astype(hidden.dtype)
     entity = jnp.broadcast_to(entity[:, None, :], (*hidden.shape[:2], entity.shape[-1]))
     return self.mlm_head(jnp.concatenate([hidden, entity], axis=-1), self.bert.word_embedding_matrix())
 
   def init_all(self, tokens: jax.Array, entity_ids: jax.Array) -> tuple[jax.Array, ...]:
     """Runs both parts, so that `init` with this method creates every parameter."""
-    return (*self(tokens, entity_ids), self.masked_lm_logits(tokens, entity_ids))
+    positions = jnp.zeros((*tokens.shape[:-1], 1), jnp.int32)
+    return (*self(tokens, entity_ids), self.masked_lm_logits(tokens, entity_ids, positions))

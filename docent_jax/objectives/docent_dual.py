@@ -31,6 +31,7 @@ from docent_jax.models import pretrained
 from docent_jax.objectives import base
 
 NEGATIVES = ("in_batch", "full")
+ENTITY_INITS = ("random", "sentence_mean")
 
 
 def search_tasks(corpus: review_corpus.ReviewCorpus,
@@ -128,6 +129,8 @@ class DocentDualObjective(ReviewBaselines, base.Objective):
     super().__init__(config, mesh)
     if config.loss.negatives not in NEGATIVES:
       raise ValueError(f"Unknown loss.negatives {config.loss.negatives!r}; valid: {list(NEGATIVES)}.")
+    if config.model.entity_init not in ENTITY_INITS:
+      raise ValueError(f"Unknown model.entity_init {config.model.entity_init!r}; valid: {list(ENTITY_INITS)}.")
     self.corpus = review_corpus.load_review_corpus(
         config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
@@ -142,7 +145,31 @@ class DocentDualObjective(ReviewBaselines, base.Objective):
     return self.model.init(rng, tokens, jnp.zeros((1,), jnp.int32))["params"]
 
   def pretrained_params(self) -> dict[str, Any]:
-    return {} if self._bert_params is None else {"bert": self._bert_params}
+    params = {} if self._bert_params is None else {"bert": self._bert_params}
+    if self.config.model.entity_init == "sentence_mean":
+      params["entities"] = {"embedding": self.sentence_mean_entities()}
+    return params
+
+  def sentence_mean_entities(self) -> np.ndarray:
+    """[N, d]: each entity's mean f(s) over up to `model.entity_init_sentences` of its sentences.
+
+    f is the initial sentence encoder ([CLS] of the pretrained BERT), so training starts from rows
+    that already score an entity's own sentences highest on average, instead of random rows that
+    each of the few updates per epoch must first pull into the sentences' space.
+    """
+    corpus = self.corpus
+    sampled = tag_finetuning.subsample_per_entity(
+        corpus.sentence_entity, np.arange(corpus.num_entities), self.config.model.entity_init_sentences,
+        self.config.seed)
+    tokens = tokenization.tokenize_texts(self.tokenizer, [corpus.sentences[i] for i in sampled],
+                                         self.config.data.max_len)
+    vectors = tag_finetuning.encode_texts(bert.BertModel(self.model.config, add_pooler=False),
+                                          self._pretrained_bert(), tokens, "cls",
+                                          batch_size=self.config.eval.batch_size, mesh=self.mesh)
+    sums = np.zeros((corpus.num_entities, vectors.shape[1]), np.float32)
+    np.add.at(sums, corpus.sentence_entity[sampled], vectors)
+    logging.info("Entity rows initialised from the mean of %d sentences.", len(sampled))
+    return sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
 
   def train_batches(self, seed: int) -> Any:
     return review_pipeline.sentence_batches(
@@ -173,13 +200,19 @@ class DocentDualObjective(ReviewBaselines, base.Objective):
     """The BERT params the tag encoder f(t) is fine-tuned from: the trained sentence encoder's."""
     return params["bert"]
 
-  def evaluate(self, params: Any) -> dict[str, float]:
-    """Zero-shot movie search by P(e | query); tag prediction on held-out movies with g(e) frozen."""
+  def search(self, params: Any) -> dict[str, float]:
+    """Zero-shot movie search by P(e | query): cosine of the query's f(q) and g(e)."""
     _, table = self.export_embeddings(params)
     results = {}
     for split, (movies, queries) in search_tasks(self.corpus, self.config.eval.search_min_votes).items():
       scores = self.encode_texts(params, queries.queries) @ table[movies].T
       results.update({f"{split}/{k}": v for k, v in movie_search.evaluate_search(scores, queries).items()})
+    return results
+
+  def evaluate(self, params: Any) -> dict[str, float]:
+    """Zero-shot movie search; tag prediction on held-out movies with g(e) frozen."""
+    _, table = self.export_embeddings(params)
+    results = self.search(params)
     train, test = (tag_finetuning.Items(table[m], m) for m in (self.corpus.entity_split["train"],
                                                                 self.corpus.entity_split["test"]))
     tags = tag_finetuning.evaluate_tag_tasks(

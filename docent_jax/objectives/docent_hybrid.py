@@ -41,23 +41,30 @@ class DocentHybridObjective(docent_dual.DocentDualObjective):
     return self.model.init(rng, tokens, jnp.zeros((1,), jnp.int32),
                            method=hybrid_encoder.HybridEncoder.init_all)["params"]
 
-  def mask_batch(self, tokens: jax.Array, rng: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  def mask_batch(self, tokens: jax.Array, rng: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """BERT's corruption of `loss.mlm_rate` of the word pieces; special tokens and padding stay intact.
 
-    Returns (corrupted tokens, labels, chosen positions), as `masking.mask_tokens`.
+    Returns (corrupted tokens, positions [b, k] to predict, their labels, predicted [b, k]: which of
+    the positions were chosen), with k = `masking.max_predictions`.
     """
+    mask_rng, cap_rng = jax.random.split(rng)
     maskable = ~jnp.isin(tokens, jnp.asarray(self._special_ids))
-    return masking.mask_tokens(rng, tokens, maskable, rate=self.config.loss.mlm_rate,
-                               mask_id=self.tokenizer.mask_token_id, vocab_size=self.model.config.vocab_size)
+    corrupted, labels, chosen = masking.mask_tokens(
+        mask_rng, tokens, maskable, rate=self.config.loss.mlm_rate, mask_id=self.tokenizer.mask_token_id,
+        vocab_size=self.model.config.vocab_size)
+    length = tokens.shape[1]
+    num_predictions = masking.max_predictions(length, self.config.loss.mlm_rate, max_maskable=length - 2)
+    corrupted, positions, predicted = masking.cap_predictions(cap_rng, tokens, corrupted, chosen, num_predictions)
+    return corrupted, positions, jnp.take_along_axis(labels, positions, axis=1), predicted
 
   def masked_lm_loss(self, params: Any, batch: dict[str, jax.Array],
                      rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     """L_MLM|e: cross-entropy of the masked word pieces given the corrupted sentence and g(e)."""
     mask_rng, dropout_rng = jax.random.split(rng)
-    tokens, labels, chosen = self.mask_batch(batch["tokens"], mask_rng)
-    logits = self.model.apply({"params": params}, tokens, batch["entity"], deterministic=False,
+    tokens, positions, labels, predicted = self.mask_batch(batch["tokens"], mask_rng)
+    logits = self.model.apply({"params": params}, tokens, batch["entity"], positions, deterministic=False,
                               rngs={"dropout": dropout_rng}, method=hybrid_encoder.HybridEncoder.masked_lm_logits)
-    return losses.masked_lm_loss(logits, labels, chosen)
+    return losses.masked_lm_loss(logits, labels, predicted)
 
   def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     entity_rng, mlm_rng = jax.random.split(rng)
