@@ -23,7 +23,6 @@ language tags removed) and capped in words (`WDC_MAX_WORDS`).
 
 Every format error names the file and line.
 """
-import collections
 import csv
 import dataclasses
 import json
@@ -240,8 +239,8 @@ def read_deepmatcher(paths: Mapping[str, pathlib.Path], attributes: Sequence[str
     left, right, label = (header.index(name) for name in DEEPMATCHER_PAIR_COLUMNS)
     pairs[split] = []
     for line, row in rows:
-      for table, column, offers in (("tableA", left, index[0]), ("tableB", right, index[1])):
-        if row[column].strip() not in offers:
+      for table, column, known in (("tableA", left, index[0]), ("tableB", right, index[1])):
+        if row[column].strip() not in known:
           raise OfferFormatError(f"{path}:{line}: {header[column]} {row[column]!r} is not an id of "
                                  f"{paths[table].name}.")
       pairs[split].append((index[0][row[left].strip()], index[1][row[right].strip()], _label(path, line, row[label])))
@@ -393,10 +392,12 @@ def read_wdc_json(train_path: pathlib.Path, validation_path: pathlib.Path, test_
     raise ValueError(f"WDC attributes must be a non-empty subset of {WDC_ATTRIBUTES}; got {tuple(attributes)}.")
   max_words = WDC_MAX_WORDS if max_words is None else max_words
   train_path, validation_path, test_path = map(pathlib.Path, (train_path, validation_path, test_path))
-  _, rows = read_csv(validation_path, ("pair_id",))
-  validation_ids = {}
+  header, rows = read_csv(validation_path, ("pair_id",))
+  validation_ids: dict[str, int] = {}
   for line, row in rows:
-    pair_id = row[0].strip() if len(row) == 1 else dict(zip(read_csv(validation_path)[0], row))["pair_id"].strip()
+    pair_id = row[header.index("pair_id")].strip()
+    if not pair_id:
+      raise OfferFormatError(f"{validation_path}:{line}: empty pair_id.")
     validation_ids.setdefault(pair_id, line)
   table = _OfferTable()
   first_seen: dict[str, tuple[Attributes, str, str]] = {}

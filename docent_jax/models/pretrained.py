@@ -3,11 +3,12 @@
 A model is named by an alias (see `MODEL_ALIASES`) or a directory holding config.json and
 model.safetensors (or pytorch_model.bin). Nothing is downloaded.
 """
+import dataclasses
 import importlib.resources
 import importlib.util
 import json
 import pathlib
-from typing import Any
+from typing import Any, Sequence
 
 from absl import logging
 import flax.linen as nn
@@ -196,14 +197,50 @@ def load_bert(name_or_path: str) -> tuple[bert.BertConfig, dict[str, Any]]:
   return config, params
 
 
-def load_tokenizer(name_or_path: str) -> Any:
-  """The Hugging Face fast tokenizer saved in the model's directory."""
+def load_tokenizer(name_or_path: str, extra_special_tokens: Sequence[str] = ()) -> Any:
+  """The Hugging Face fast tokenizer saved in the model's directory.
+
+  Args:
+    name_or_path: a model alias or directory.
+    extra_special_tokens: tokens to add as special tokens, e.g. ('[COL]', '[VAL]'):
+      each is one id after the vocabulary, never split and never lower-cased.
+      `len(tokenizer)` counts them; `tokenizer.vocab_size` does not.
+
+  Returns:
+    The tokenizer.
+  """
   model_dir = resolve_model_dir(name_or_path)
   from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
   try:
-    return AutoTokenizer.from_pretrained(str(model_dir), use_fast=True, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), use_fast=True, local_files_only=True)
   except (OSError, ValueError) as e:
     raise ValueError(f"{model_dir}: no usable tokenizer ({e}).") from e
+  if extra_special_tokens:
+    tokenizer.add_special_tokens({"extra_special_tokens": list(extra_special_tokens)},
+                                 replace_extra_special_tokens=False)
+  return tokenizer
+
+
+def grow_vocabulary(config: bert.BertConfig, params: dict[str, Any],
+                    vocab_size: int) -> tuple[bert.BertConfig, dict[str, Any]]:
+  """Extends `load_bert`'s params to `vocab_size` word pieces (e.g. after adding special tokens).
+
+  The new word-embedding rows, and new entries of a masked-LM head's output
+  bias, are the mean of the existing ones; the existing ones are unchanged, and
+  the MLM decoder stays tied to the (grown) embedding table.
+  """
+  extra = vocab_size - config.vocab_size
+  if extra < 0:
+    raise ValueError(f"Cannot shrink the vocabulary from {config.vocab_size} to {vocab_size}.")
+  grow = lambda values: np.concatenate(
+      [values, np.repeat(values.mean(axis=0, dtype=np.float64, keepdims=True).astype(values.dtype), extra, axis=0)])
+  embeddings = params["embeddings"]
+  params = {**params, "embeddings": {
+      **embeddings, "word_embeddings": {"embedding": grow(np.asarray(embeddings["word_embeddings"]["embedding"]))}}}
+  if MLM_HEAD_KEY in params:
+    head = params[MLM_HEAD_KEY]
+    params[MLM_HEAD_KEY] = {**head, "bias": grow(np.asarray(head["bias"]))}
+  return dataclasses.replace(config, vocab_size=vocab_size), params
 
 
 def load_or_create_bert(name_or_path: str, fresh_config: dict[str, Any],
@@ -211,8 +248,15 @@ def load_or_create_bert(name_or_path: str, fresh_config: dict[str, Any],
   """The pretrained BERT `name_or_path` with its params or, when it is '', a fresh config and no params.
 
   `fresh_config` holds the Hugging Face config fields of the fresh model (e.g. hidden_size); its
-  vocabulary is the tokenizer's, `vocab_size`.
+  vocabulary is the tokenizer's, `vocab_size` (`len(tokenizer)` to count added special tokens).
+  A pretrained table smaller than `vocab_size` grows to it (see `grow_vocabulary`); a larger one
+  is kept.
   """
   if name_or_path:
-    return load_bert(name_or_path)
+    config, params = load_bert(name_or_path)
+    if vocab_size > config.vocab_size:
+      logging.info("%s: growing the vocabulary from %d to %d word pieces.", name_or_path, config.vocab_size,
+                   vocab_size)
+      return grow_vocabulary(config, params, vocab_size)
+    return config, params
   return bert.BertConfig.from_hf_dict({"vocab_size": vocab_size, **fresh_config}), None

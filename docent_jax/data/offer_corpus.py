@@ -1,0 +1,99 @@
+"""The in-memory offer corpus (serialized offers, their sources and products, labelled pairs), loaded from TFDS."""
+import dataclasses
+import os
+import pathlib
+
+from absl import logging
+import numpy as np
+import tensorflow_datasets as tfds
+
+from docent_jax.data import knowledge_graph
+from docent_jax.data import offer_files
+from docent_jax.data.builders import offers
+
+PAIR_SPLITS = offer_files.PAIR_SPLITS
+BUILDERS: dict[str, type[offers.OfferBuilder]] = {
+    "abt_buy": offers.AbtBuy,
+    "wdc_computers": offers.WdcComputers,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class OfferCorpus:
+  """Product offers and labelled offer pairs.
+
+  Attributes:
+    texts: the serialized offers ('[COL] name [VAL] ...'); list position is the offer index.
+    source: int32 [num_offers], each offer's index into `source_names`.
+    source_names: the sources, e.g. ('tableA', 'tableB'); WDC offers have one, ('offers',).
+    product_ids: each offer's product (WDC cluster id), '' where the data has none.
+    pairs: 'train' / 'validation' / 'test' -> int64 [m, 3]: left offer, right offer, label (0/1).
+    ids: each offer's id in its source (empty when the corpus was built by hand).
+    name: the dataset name with its config, e.g. 'abt_buy/default'.
+    counts: what the builder read (rows, pairs, positives, merged duplicates).
+  """
+  texts: list[str]
+  source: np.ndarray
+  source_names: tuple[str, ...]
+  product_ids: list[str]
+  pairs: dict[str, np.ndarray]
+  ids: list[str] = dataclasses.field(default_factory=list)
+  name: str = ""
+  counts: dict[str, int] = dataclasses.field(default_factory=dict)
+
+  @property
+  def num_offers(self) -> int:
+    return len(self.texts)
+
+
+def make_builder(dataset: str, *, data_dir: str | os.PathLike[str] | None = None) -> offers.OfferBuilder:
+  """The TFDS builder for a registered name ('abt_buy', 'wdc_computers/small') or a DeepMatcher directory."""
+  kwargs = dict(data_dir=os.fspath(data_dir) if data_dir is not None else None, file_format="array_record")
+  if os.path.isdir(dataset):
+    return offers.DeepmatcherDirectory(config=offers.directory_config(dataset), **kwargs)
+  name, _, config = dataset.partition("/")
+  if name not in BUILDERS:
+    raise ValueError(f"Unknown offer dataset {dataset!r}: not a directory and not one of {sorted(BUILDERS)}.")
+  builder_class = BUILDERS[name]
+  if config and config not in builder_class.builder_configs:
+    raise ValueError(f"Unknown config {config!r} of {name}; valid: {sorted(builder_class.builder_configs)}.")
+  return builder_class(config=config or None, **kwargs)
+
+
+def load_offer_corpus(dataset: str, *, data_dir: str | os.PathLike[str] | None = None,
+                      manual_dir: str | os.PathLike[str] | None = None) -> OfferCorpus:
+  """Builds the dataset if needed (array_record under `data_dir`) and loads it.
+
+  Args:
+    dataset: 'abt_buy' or 'wdc_computers', optionally with a config
+      ('wdc_computers/medium', 'wdc_computers/small_all'; the first config when
+      none), or a directory in the DeepMatcher layout.
+    data_dir: the TFDS data directory (TFDS's default when None).
+    manual_dir: the source files (downloaded when None).
+
+  Returns:
+    The corpus.
+  """
+  if manual_dir is not None and not pathlib.Path(manual_dir).is_dir():
+    raise FileNotFoundError(f"Manual directory {manual_dir} does not exist.")
+  builder = make_builder(dataset, data_dir=data_dir)
+  download_config = tfds.download.DownloadConfig(manual_dir=os.fspath(manual_dir) if manual_dir else None)
+  builder.download_and_prepare(download_config=download_config)
+  sources = builder.as_data_source()
+  offer_columns = knowledge_graph.read_columns(sources["offers"], ("source", "id", "text", "product"))
+  pairs = {}
+  for split in PAIR_SPLITS:
+    columns = knowledge_graph.read_columns(sources[split], ("left", "right", "label"))
+    pairs[split] = np.stack([columns["left"], columns["right"], columns["label"]], axis=1).astype(np.int64)
+  corpus = OfferCorpus(
+      texts=offer_columns["text"],
+      source=np.asarray(offer_columns["source"], np.int32).reshape(-1),
+      source_names=tuple(builder.info.metadata["source_names"]),
+      product_ids=offer_columns["product"],
+      pairs=pairs,
+      ids=offer_columns["id"],
+      name=f"{builder.name}/{builder.builder_config.name}",
+      counts=dict(builder.info.metadata.get("counts", {})))
+  logging.info("Loaded %s: %d offers from %s; pairs %s.", corpus.name, corpus.num_offers, corpus.source_names,
+               {split: len(p) for split, p in pairs.items()})
+  return corpus
