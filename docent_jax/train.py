@@ -215,6 +215,19 @@ def model_configs(config: ml_collections.ConfigDict) -> list[ml_collections.Conf
   return configs
 
 
+def model_results(name: str, metrics: dict[str, Any]) -> dict[str, float]:
+  """`<name>/<split>/<metric>` -> number. A nested dict `{suffix: metrics}` holds the metrics of model
+  `<name>_<suffix>`: several models evaluated from one training (SupCon's frozen- and trained-encoder
+  classifiers over one pre-trained encoder)."""
+  results = {}
+  for key, value in metrics.items():
+    if isinstance(value, dict):
+      results.update(model_results(f"{name}_{key}", value))
+    else:
+      results[f"{name}/{key}"] = float(value)
+  return results
+
+
 def _run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, train: bool) -> dict[str, float]:
   results = {}
   for index, model_config in enumerate(model_configs(config)):
@@ -226,7 +239,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, train: 
     metrics = trainer.objective.evaluate(params)
     logging.info("%s: evaluated in %.0f s (with training if any): %s", model_config.name, time.time() - started,
                  metrics)
-    results.update({f"{model_config.name}/{key}": float(value) for key, value in metrics.items()})
+    results.update(model_results(model_config.name, metrics))
   write_results(workdir, results)
   return results
 

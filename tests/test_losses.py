@@ -164,3 +164,73 @@ def test_split_softmax_equals_softmax_over_concatenated_vocabulary(mesh, use_mes
   expected = jax.value_and_grad(dense, argnums=(0, 1, 2, 3))(*(np.asarray(a) for a in args))
   _assert_trees_close((value, grads), expected)
   assert float(metrics["entity_fraction"]) == pytest.approx(5 / 9)
+
+
+def _supcon_double_loop(embeddings, labels, temperature):
+  """L^sup_out written out anchor by anchor in float64; returns (mean loss, anchors without positive)."""
+  z = np.asarray(embeddings, np.float64)
+  z = z / np.linalg.norm(z, axis=1, keepdims=True)
+  per_anchor, without = [], 0
+  for i in range(len(z)):
+    denominator = sum(np.exp(z[i] @ z[a] / temperature) for a in range(len(z)) if a != i)
+    positives = [p for p in range(len(z)) if p != i and labels[p] == labels[i]]
+    if not positives:
+      without += 1
+      continue
+    per_anchor.append(-np.mean([np.log(np.exp(z[i] @ z[p] / temperature) / denominator) for p in positives]))
+  return np.mean(per_anchor), without
+
+
+@pytest.mark.parametrize("temperature", [0.07, 0.5])
+def test_supcon_loss_matches_the_double_loop_formula(temperature):
+  embeddings = 3.0 * _normal(17, 12, 5)  # Not unit length: the loss normalises.
+  labels = jnp.array([0, 1, 0, 2, 3, 3, 3, 4, 5, 6, 1, 0])  # Rows 3, 7, 8 and 9 have no positive.
+  loss, metrics = losses.supcon_loss(embeddings, labels, temperature)
+  expected, without = _supcon_double_loop(embeddings, np.asarray(labels), temperature)
+  assert float(loss) == pytest.approx(expected, rel=1e-5)
+  assert int(metrics["anchors_without_positive"]) == without == 4
+  assert float(metrics["positives_per_anchor"]) == pytest.approx((3 * 2 + 2 * 1 + 3 * 2) / 8)
+  grads = jax.jit(jax.grad(lambda e: losses.supcon_loss(e, labels, temperature)[0]))(embeddings)
+  assert np.all(np.isfinite(grads)) and np.any(grads != 0)
+
+
+def test_supcon_loss_of_two_views_per_example_is_nt_xent():
+  num_examples, temperature = 6, 0.1
+  views = _normal(18, 2 * num_examples, 8)
+  labels = jnp.repeat(jnp.arange(num_examples), 2)  # Rows 2k and 2k + 1 are two views of example k.
+  loss, metrics = losses.supcon_loss(views, labels, temperature)
+  # SimCLR's NT-Xent: a softmax over all other rows, the other view the target.
+  z = views / jnp.linalg.norm(views, axis=1, keepdims=True)
+  logits = jnp.where(jnp.eye(2 * num_examples, dtype=bool), -jnp.inf, z @ z.T / temperature)
+  other_view = jnp.arange(2 * num_examples) ^ 1
+  nt_xent = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, other_view))
+  assert float(loss) == pytest.approx(float(nt_xent), rel=1e-5)
+  assert int(metrics["anchors_without_positive"]) == 0
+  assert float(metrics["accuracy"]) == pytest.approx(float(jnp.mean(jnp.argmax(logits, axis=1) == other_view)))
+  # Identical views of distinct examples: every anchor's nearest row is its positive.
+  identical = jnp.repeat(jnp.eye(num_examples), 2, axis=0)
+  assert float(losses.supcon_loss(identical, labels)[1]["accuracy"]) == 1.0
+
+
+def test_supcon_loss_without_any_positive_is_zero_with_finite_gradients():
+  embeddings = _normal(19, 5, 4)
+  labels = jnp.arange(5)
+  loss, metrics = losses.supcon_loss(embeddings, labels)
+  assert float(loss) == 0.0 and int(metrics["anchors_without_positive"]) == 5
+  grads = jax.jit(jax.grad(lambda e: losses.supcon_loss(e, labels)[0]))(embeddings)
+  assert np.all(np.isfinite(grads))
+  with pytest.raises(ValueError, match="supcon_loss"):
+    losses.supcon_loss(embeddings, jnp.arange(4))
+
+
+def test_supcon_loss_on_a_mesh_equals_one_device(mesh):
+  embeddings, labels = _normal(20, 16, 8), jnp.arange(16) % 6
+
+  def loss(e, labels):
+    return losses.supcon_loss(e, labels)[0]
+
+  expected = jax.jit(jax.value_and_grad(loss))(embeddings, labels)
+  batch = NamedSharding(mesh, PartitionSpec("data"))
+  actual = jax.jit(jax.value_and_grad(loss))(jax.device_put(embeddings, batch), jax.device_put(labels, batch))
+  assert actual[1].sharding.spec == PartitionSpec("data")
+  _assert_trees_close(actual, expected)

@@ -171,3 +171,9 @@ def test_workdir_of_another_config_is_refused(kg_dir, tfds_dir, tmp_path):
   with pytest.raises(checkpoints.ConfigMismatchError, match="model.scoring"):
     checkpoints.guard_workdir_config(tmp_path, config)
   assert (tmp_path / checkpoints.CONFIG_FILE).read_text() == recorded
+
+
+def test_model_results_flattens_sub_models():
+  metrics = {"test/f1": 0.5, "frozen": {"test/f1": 0.75, "validation/loss": 0.25}}
+  assert train.model_results("supcon", metrics) == {
+      "supcon/test/f1": 0.5, "supcon_frozen/test/f1": 0.75, "supcon_frozen/validation/loss": 0.25}

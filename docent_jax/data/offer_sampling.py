@@ -134,14 +134,14 @@ def contrastive_batches(texts: Sequence[str], labels: np.ndarray, source: np.nda
     'label' int32 [rows], rows = 2 * batch_size / processes, and its get_state() / set_state()
     resume exactly where the state was taken.
   """
+  sampler = ContrastiveSampler(labels, source, batch_size=batch_size, seed=seed, source_aware=source_aware)
   labels = np.asarray(labels)
   if len(texts) != len(labels):
     raise ValueError(f"{len(texts)} texts but {len(labels)} labels.")
-  if labels.size and not np.iinfo(np.int32).min <= labels.min() <= labels.max() <= np.iinfo(np.int32).max:
+  if not np.iinfo(np.int32).min <= labels.min() <= labels.max() <= np.iinfo(np.int32).max:
     raise ValueError(f"labels in [{labels.min()}, {labels.max()}] do not fit int32.")
   if augmentation is not None:
     augmentation_lib.get_augmentation(augmentation)  # An unknown name fails here, not in the first batch.
-  sampler = ContrastiveSampler(labels, source, batch_size=batch_size, seed=seed, source_aware=source_aware)
   process_count, process_index = jax.process_count(), jax.process_index()
   if batch_size % process_count:
     raise ValueError(f"batch_size {batch_size} is not divisible by {process_count} processes.")

@@ -32,8 +32,9 @@ class Objective(abc.ABC):
     """A grain loader whose iterator yields this process's part of each batch, with saveable state."""
 
   @abc.abstractmethod
-  def evaluate(self, params: Any) -> dict[str, float]:
-    """Final metrics, flat, keyed `<split>/<metric>`."""
+  def evaluate(self, params: Any) -> dict[str, Any]:
+    """Final metrics keyed `<split>/<metric>`; `{suffix: metrics}` for several models from one training
+    (see `train.model_results`)."""
 
 
   def baselines(self) -> dict[str, float]:
