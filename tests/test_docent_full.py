@@ -1,4 +1,4 @@
-"""DOCENT-FULL on the tiny review corpus: input layout, masking, training, search, sharded entity rows."""
+"""DOCENT-FULL on the tiny review corpus: input layout, masking, training, search, tag prediction, sharded rows."""
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -87,6 +87,22 @@ def test_full_trains_and_writes_search_metrics_beside_baselines(reviews_dir, rev
   assert results["docent_full/all/search_num_queries"] == 4  # One query per theme tag.
   for baseline in ("bm25/all/search_mrr", "bos/all/search_mrr", "tfidf/test/tags_auc", "bos_bert/test/tags_auc"):
     assert baseline in results
+  assert results["docent_full/test/tags_num_entities"] == results["bos_bert/test/tags_num_entities"] >= 1
+  for metric in ("map", "auc", "p@1", "ndcg@10", "open0.5_auc"):
+    assert 0.0 <= results[f"docent_full/test/tags_{metric}"] <= 1.0
+
+
+def test_tag_prediction_reports_dual_keys_and_leaves_the_entity_rows_alone(reviews_dir, reviews_tfds_dir):
+  keys = {}
+  for variant in ("dual", "full"):
+    trainer = train.Trainer(tiny_config(reviews_dir, reviews_tfds_dir, variant=variant), "unused")
+    params = trainer.initial_state().params
+    rows = np.asarray(params["entities"]["embedding"])
+    results = trainer.objective.evaluate(params)
+    np.testing.assert_array_equal(params["entities"]["embedding"], rows)
+    keys[variant] = {key for key in results if key.startswith(("test/tags_", "test/genres_"))}
+  assert keys["full"] == keys["dual"]
+  assert {"test/tags_auc", "test/tags_map", "test/tags_open0.5_auc"} <= keys["full"]
 
 
 def test_entity_rows_stay_sharded_in_the_train_step_and_loss_matches_one_device(reviews_dir, reviews_tfds_dir):

@@ -162,3 +162,24 @@ def test_mean_over_rows_and_score_checks():
     metrics.roc_auc([[0.0, np.nan]], [[1, 0]])
   # A left-out candidate may have any score.
   np.testing.assert_allclose(metrics.roc_auc([[1.0, 0.0, np.nan]], [[1, 0, 0]], [[1, 1, 0]]), [1.0])
+
+
+def test_precision_recall_f1_of_the_positive_class():
+  # 2 true positives, 1 false positive, 2 false negatives: P = 2/3, R = 2/4, F1 = 2PR / (P + R) = 4/7.
+  result = metrics.precision_recall_f1([1, 1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 1, 0, 0])
+  assert result == pytest.approx({"precision": 2 / 3, "recall": 1 / 2, "f1": 4 / 7})
+  assert metrics.precision_recall_f1(np.array([True, False]), np.array([True, False])) == {
+      "precision": 1.0, "recall": 1.0, "f1": 1.0}
+  # Zero denominators: nothing predicted positive, no positive label, no true positive.
+  assert metrics.precision_recall_f1([1, 0], [0, 0]) == {"precision": 0.0, "recall": 0.0, "f1": 0.0}
+  assert metrics.precision_recall_f1([0, 0], [1, 0]) == {"precision": 0.0, "recall": 0.0, "f1": 0.0}
+  assert metrics.precision_recall_f1([1, 0], [0, 1]) == {"precision": 0.0, "recall": 0.0, "f1": 0.0}
+  # All predicted positive: precision is the positive rate, recall 1.
+  assert metrics.precision_recall_f1([1, 0, 0, 0], [1, 1, 1, 1]) == pytest.approx(
+      {"precision": 1 / 4, "recall": 1.0, "f1": 2 / 5})
+  with pytest.raises(ValueError, match="binary predictions"):
+    metrics.precision_recall_f1([1, 0], [2, 0])
+  with pytest.raises(ValueError, match="binary labels"):
+    metrics.precision_recall_f1([0.5, 0], [1, 0])
+  with pytest.raises(ValueError, match="one length"):
+    metrics.precision_recall_f1([1, 0, 1], [1, 0])

@@ -64,6 +64,15 @@ def test_train_writes_results_and_evaluate_mode_recomputes_them(kg_dir, tfds_dir
   assert train.evaluate(config, tmp_path) == pytest.approx(results, abs=1e-6)
 
 
+def test_a_model_without_training_steps_keeps_its_initial_state(kg_dir, tfds_dir, tmp_path):
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  config.train.num_steps = 0
+  trainer = train.Trainer(config, tmp_path)
+  initial = jax.device_get(trainer.train().params)
+  assert (tmp_path / "checkpoints" / "0").is_dir()
+  _assert_trees_close(train.Trainer(config, tmp_path).restore_params(), initial, atol=0)
+
+
 def test_sharded_mesh_gives_single_device_loss_and_gradients(kg_dir, tfds_dir):
   def loss_and_grads(shape):
     config = kg_fixtures.tiny_config(kg_dir, tfds_dir)

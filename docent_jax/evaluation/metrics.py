@@ -92,6 +92,25 @@ def balanced_accuracy(y_true: np.ndarray | Sequence, y_pred: np.ndarray | Sequen
   return float(np.mean(correct_per_class / np.bincount(class_index, minlength=len(classes))))
 
 
+def precision_recall_f1(labels: np.ndarray | Sequence, predictions: np.ndarray | Sequence) -> dict[str, float]:
+  """Precision, recall and F1 of the positive class of binary (0/1 or bool) labels and predictions.
+
+  Where a ratio has a zero denominator it is 0.0: precision without a predicted positive, recall
+  without a positive label, F1 when precision and recall are both 0 (scikit-learn's zero_division=0).
+  """
+  labels, predictions = _labels(labels, predictions)
+  for name, values in (("labels", labels), ("predictions", predictions)):
+    if not np.isin(values, (0, 1)).all():
+      raise ValueError(f"Expected binary {name} (0/1 or bool); got values {np.unique(values)[:10].tolist()}.")
+  labels, predictions = labels.astype(bool), predictions.astype(bool)
+  true_positives = int(np.sum(labels & predictions))
+  num_predicted, num_positive = int(predictions.sum()), int(labels.sum())
+  precision = true_positives / num_predicted if num_predicted else 0.0
+  recall = true_positives / num_positive if num_positive else 0.0
+  f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+  return {"precision": precision, "recall": recall, "f1": f1}
+
+
 # Metrics over rows of scores: each row (an entity, or a query) ranks its candidates (tags, or entities) by
 # descending score. Every function takes an optional [N, C] `candidate_mask` (True = ranked) and returns one
 # value per row, NaN where the metric is undefined for that row; `mean_over_rows` averages the defined rows

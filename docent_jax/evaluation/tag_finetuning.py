@@ -1,6 +1,9 @@
-"""DOCENT tag prediction by fine-tuning a tag encoder against frozen item vectors.
+"""DOCENT tag prediction by fine-tuning a scorer of (item, tag) pairs against frozen item vectors.
 
-Protocol (Zemlyanskiy et al., EACL 2021), for dual-encoder models (DUAL, HYBRID):
+`Finetuner` runs the optimisation and `evaluate_tag_tasks` the evaluation for any `TagScorer`, which
+says what a step trains on, its loss and how every pair is scored (FULL's pair classifier is in
+`tag_classifier`). Protocol (Zemlyanskiy et al., EACL 2021), with this module's `DualScorer` for
+dual-encoder models (DUAL, HYBRID):
   * score(e, t) = g(e) . f(t): g(e) is the trained entity vector, kept frozen; f(t) is the mean of
     BERT's token outputs over the tag text, fine-tuned from the trained model's BERT.
   * Each step samples a batch of training items and a set of candidate tags (all tags when few,
@@ -13,6 +16,7 @@ Protocol (Zemlyanskiy et al., EACL 2021), for dual-encoder models (DUAL, HYBRID)
     labelled with their movie's tags; a movie's scores are the mean over its sentences.
 Metrics come from `tag_prediction.evaluate_tag_predictions`.
 """
+import abc
 from collections.abc import Sequence
 import dataclasses
 import functools
@@ -22,6 +26,7 @@ from absl import logging
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
+import ml_collections
 import numpy as np
 import optax
 
@@ -40,7 +45,7 @@ KS = (1, 5, 10, 20)
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneOptions:
-  """The tag encoder's optimisation (AdamW, linear decay, gradient clipping)."""
+  """A tag scorer's optimisation (AdamW, linear decay, gradient clipping) and its steps' sizes."""
   num_steps: int = 100
   learning_rate: float = 1e-4
   weight_decay: float = 0.01
@@ -54,6 +59,14 @@ class FinetuneOptions:
       raise ValueError(f"Unknown vote weighting {self.vote_weighting!r}; valid: {list(VOTE_WEIGHTINGS)}.")
     if min(self.num_steps, self.items_per_step, self.tags_per_step) < 1:
       raise ValueError(f"num_steps, items_per_step and tags_per_step must be positive: {self}.")
+
+
+def finetune_options(eval_config: ml_collections.ConfigDict, seed: int) -> FinetuneOptions:
+  """The options of a DOCENT config's `eval` block (`tag_finetune_steps`, `tag_learning_rate`, ...)."""
+  return FinetuneOptions(
+      num_steps=eval_config.tag_finetune_steps, learning_rate=eval_config.tag_learning_rate,
+      weight_decay=eval_config.tag_weight_decay, items_per_step=eval_config.tag_items_per_step,
+      tags_per_step=eval_config.tag_tags_per_step, vote_weighting=eval_config.tag_vote_weighting, seed=seed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +127,12 @@ def subsample_per_entity(sentence_entity: np.ndarray, entities: np.ndarray, per_
   return np.sort(order[rank < per_entity])
 
 
+def vote_weights(votes: jax.Array, weighting: str) -> jax.Array:
+  """Float32 weights of (item, tag) pairs: their votes, or log(1 + votes); 0 where unknown."""
+  votes = votes.astype(jnp.float32)
+  return votes if weighting == "votes" else jnp.log1p(votes)
+
+
 def tag_softmax_loss(scores: jax.Array, votes: jax.Array, weighting: str = "votes") -> jax.Array:
   """Vote-weighted mean over known pairs of -log softmax of the pair among the item's negatives.
 
@@ -125,8 +144,7 @@ def tag_softmax_loss(scores: jax.Array, votes: jax.Array, weighting: str = "vote
   # finite gradients.
   negative_lse = jax.nn.logsumexp(jnp.where(negative, scores, -1e9), axis=1, keepdims=True)
   losses = jnp.logaddexp(scores, negative_lse) - scores
-  votes = votes.astype(jnp.float32)
-  weights = votes if weighting == "votes" else jnp.log1p(votes)
+  weights = vote_weights(votes, weighting)
   return (weights * losses).sum() / jnp.maximum(weights.sum(), 1e-6)
 
 
@@ -153,35 +171,74 @@ def _optimizer(options: FinetuneOptions) -> optax.GradientTransformation:
   return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=options.weight_decay))
 
 
-# Module-level jits with the encoder and options static: fits of one shape share one compilation.
+class TagScorer(abc.ABC):
+  """How fine-tuned params score (item, tag) pairs: what a step trains on, its loss, every pair's score.
+
+  A scorer is a static argument of the jitted train step: hashable, and equal to another scorer
+  that computes the same functions (a frozen dataclass of modules and numbers is).
+  """
+
+  @abc.abstractmethod
+  def sample(self, rng: np.random.Generator, item_votes: np.ndarray,
+             options: FinetuneOptions) -> tuple[np.ndarray, np.ndarray]:
+    """Item indices [b] of one step and tag indices: [c] (each item with every one) or [b, k] (per item)."""
+
+  @abc.abstractmethod
+  def loss(self, params: Any, item_vectors: jax.Array, tag_tokens: jax.Array, votes: jax.Array,
+           weighting: str) -> jax.Array:
+    """Scalar loss of a step: item vectors [b, d], tokens of `sample`'s tags ([c, L] or [b, k, L]), their votes."""
+
+  @abc.abstractmethod
+  def scores(self, params: Any, item_vectors: np.ndarray, tag_tokens: np.ndarray) -> np.ndarray:
+    """[N, T] scores (higher = more likely) of items [N, d] against the tags' token rows [T, L]."""
+
+
+# Module-level jits with the encoder or scorer and the options static: fits of one shape share one compilation.
 _pool_jit = jax.jit(pool, static_argnames=("encoder", "pooling"))
 
 
-@functools.partial(jax.jit, static_argnames=("encoder", "options"), donate_argnums=(0, 1))
-def _train_step(params: Any, opt_state: Any, vectors: jax.Array, tag_tokens: jax.Array, votes: jax.Array, *,
-                encoder: bert.BertModel, options: FinetuneOptions) -> tuple[Any, Any, jax.Array]:
-  def loss_fn(params):
-    tags = pool(encoder, params, tag_tokens, "mean")
-    return tag_softmax_loss(vectors @ tags.T, votes, options.vote_weighting)
+@dataclasses.dataclass(frozen=True)
+class DualScorer(TagScorer):
+  """score(e, t) = g(e) . f(t), f(t) the mean of `encoder`'s outputs; a softmax over sampled candidate tags."""
+  encoder: bert.BertModel
 
-  loss, grads = jax.value_and_grad(loss_fn)(params)
+  def sample(self, rng: np.random.Generator, item_votes: np.ndarray,
+             options: FinetuneOptions) -> tuple[np.ndarray, np.ndarray]:
+    return sample_step(rng, item_votes, options.items_per_step, options.tags_per_step)
+
+  def loss(self, params: Any, item_vectors: jax.Array, tag_tokens: jax.Array, votes: jax.Array,
+           weighting: str) -> jax.Array:
+    return tag_softmax_loss(item_vectors @ pool(self.encoder, params, tag_tokens, "mean").T, votes, weighting)
+
+  def tag_vectors(self, params: Any, tag_tokens: np.ndarray) -> np.ndarray:
+    """[T, d] f(t) of token rows."""
+    return np.asarray(_pool_jit(self.encoder, params, tag_tokens, "mean"))
+
+  def scores(self, params: Any, item_vectors: np.ndarray, tag_tokens: np.ndarray) -> np.ndarray:
+    return item_vectors @ self.tag_vectors(params, tag_tokens).T
+
+
+@functools.partial(jax.jit, static_argnames=("scorer", "options"), donate_argnums=(0, 1))
+def _train_step(params: Any, opt_state: Any, vectors: jax.Array, tag_tokens: jax.Array, votes: jax.Array, *,
+                scorer: TagScorer, options: FinetuneOptions) -> tuple[Any, Any, jax.Array]:
+  loss, grads = jax.value_and_grad(scorer.loss)(params, vectors, tag_tokens, votes, options.vote_weighting)
   updates, opt_state = _optimizer(options).update(grads, opt_state, params)
   return optax.apply_updates(params, updates), opt_state, loss
 
 
-class TagFinetuner:
-  """Fits f(t) (mean-pooled BERT, from `initial_params`) to frozen item vectors, and scores with it."""
+class Finetuner:
+  """Fits a scorer's params (from `initial_params`) to the known tags of frozen items, and scores with them."""
 
-  def __init__(self, bert_config: bert.BertConfig, initial_params: Any, tokenizer: Any, *, max_len: int,
+  def __init__(self, scorer: TagScorer, initial_params: Any, tokenizer: Any, *, max_len: int,
                options: FinetuneOptions):
-    self.encoder = bert.BertModel(bert_config, add_pooler=False)
+    self.scorer = scorer
     self.initial_params = jax.device_get(initial_params)
     self.tokenizer = tokenizer
     self.max_len = max_len
     self.options = options
 
   def fit(self, tag_texts: Sequence[str], item_vectors: np.ndarray, item_votes: np.ndarray) -> Any:
-    """Fine-tuned BERT params of f(t) for tags `tag_texts` (the columns of `item_votes` [N, T])."""
+    """Fine-tuned params for tags `tag_texts` (the columns of `item_votes` [N, T])."""
     options = self.options
     item_vectors, item_votes = np.asarray(item_vectors, np.float32), np.asarray(item_votes)
     if item_votes.shape != (len(item_vectors), len(tag_texts)):
@@ -196,19 +253,34 @@ class TagFinetuner:
     rng = np.random.default_rng(options.seed)
     losses = []
     for _ in range(options.num_steps):
-      items, tags = sample_step(rng, item_votes, options.items_per_step, options.tags_per_step)
+      items, tags = self.scorer.sample(rng, item_votes, options)
+      # One indexing for both layouts of `tags`: [c] gives the [b, c] grid, [b, k] each item's own.
       params, opt_state, loss = _train_step(params, opt_state, item_vectors[items], tokens[tags],
-                                            item_votes[np.ix_(items, tags)], encoder=self.encoder, options=options)
+                                            item_votes[items[:, None], tags], scorer=self.scorer, options=options)
       losses.append(loss)
     losses = np.asarray(jax.device_get(losses))
-    logging.info("Tag encoder: %d items, %d tags, %d steps; loss %.4f -> %.4f (mean of first / last 10 steps).",
-                 len(item_vectors), len(tag_texts), options.num_steps, losses[:10].mean(), losses[-10:].mean())
+    logging.info("%s: %d items, %d tags, %d steps; loss %.4f -> %.4f (mean of first / last 10 steps).",
+                 type(self.scorer).__name__, len(item_vectors), len(tag_texts), options.num_steps,
+                 losses[:10].mean(), losses[-10:].mean())
     return params
+
+  def scores(self, params: Any, tag_texts: Sequence[str], item_vectors: np.ndarray) -> np.ndarray:
+    """[N, T] scores of frozen items [N, d] against `tag_texts` under fitted params."""
+    return self.scorer.scores(params, np.asarray(item_vectors, np.float32),
+                              label_tokens(self.tokenizer, tag_texts, self.max_len))
+
+
+class TagFinetuner(Finetuner):
+  """DUAL's and HYBRID's: f(t), mean-pooled BERT from `initial_params`, against frozen item vectors g(e)."""
+
+  def __init__(self, bert_config: bert.BertConfig, initial_params: Any, tokenizer: Any, *, max_len: int,
+               options: FinetuneOptions):
+    super().__init__(DualScorer(bert.BertModel(bert_config, add_pooler=False)), initial_params, tokenizer,
+                     max_len=max_len, options=options)
 
   def tag_vectors(self, params: Any, tag_texts: Sequence[str]) -> np.ndarray:
     """[T, d] f(t) of the tags under fine-tuned params."""
-    tokens = label_tokens(self.tokenizer, tag_texts, self.max_len)
-    return np.asarray(_pool_jit(self.encoder, params, tokens, "mean"))
+    return self.scorer.tag_vectors(params, label_tokens(self.tokenizer, tag_texts, self.max_len))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,7 +313,7 @@ def evaluate_label_scores(scores: np.ndarray, label_set: LabelSet, movies: np.nd
   return tag_prediction.evaluate_tag_predictions(scores, votes, vote_threshold=label_set.vote_threshold, ks=KS)
 
 
-def _fit_and_evaluate(finetuner: TagFinetuner, label_set: LabelSet, train: Items, test: Items,
+def _fit_and_evaluate(finetuner: Finetuner, label_set: LabelSet, train: Items, test: Items,
                       train_tags: np.ndarray, eval_tags: np.ndarray) -> dict[str, float | int]:
   """Fits on `train_tags` of the training items, evaluates `eval_tags` on the test movies."""
   movies = np.unique(test.entity)
@@ -253,13 +325,13 @@ def _fit_and_evaluate(finetuner: TagFinetuner, label_set: LabelSet, train: Items
     return {"num_entities": 0}
   texts = list(label_set.texts)
   params = finetuner.fit([texts[t] for t in train_tags], train.vectors, train_votes)
-  item_scores = test.vectors @ finetuner.tag_vectors(params, [texts[t] for t in eval_tags]).T
+  item_scores = finetuner.scores(params, [texts[t] for t in eval_tags], test.vectors)
   # One item per movie gives the movie's own scores; several sentences give their mean.
   scores = tag_prediction.bag_of_sentences_scores(item_scores, np.searchsorted(movies, test.entity), len(movies))
   return evaluate_label_scores(scores, label_set, movies, eval_tags)
 
 
-def evaluate_tag_tasks(finetuner: TagFinetuner, sets: Sequence[LabelSet], train: Items, test: Items, *,
+def evaluate_tag_tasks(finetuner: Finetuner, sets: Sequence[LabelSet], train: Items, test: Items, *,
                        open_vocabulary_fractions: Sequence[float] = (), seed: int = 0) -> dict[str, float]:
   """Closed-vocabulary metrics per label set ('<set>_<metric>') and, for tags, open-vocabulary ones.
 

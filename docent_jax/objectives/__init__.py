@@ -3,13 +3,16 @@ from docent_jax.objectives import blp
 from docent_jax.objectives import docent_dual
 from docent_jax.objectives import docent_full
 from docent_jax.objectives import docent_hybrid
+from docent_jax.objectives import supcon
 from docent_jax.objectives.base import Objective
 
 OBJECTIVES: dict[str, type[Objective]] = {
     "blp": blp.BlpObjective,
+    "cross_encoder": supcon.CrossEncoderObjective,
     "docent_dual": docent_dual.DocentDualObjective,
     "docent_full": docent_full.DocentFullObjective,
     "docent_hybrid": docent_hybrid.DocentHybridObjective,
+    "supcon": supcon.SupconObjective,
 }
 
 

@@ -4,8 +4,10 @@ Each review sentence s of entity e becomes `[CLS] e [SEP] s [SEP]`. Word pieces 
 `loss.mlm_rate` (BERT's 80/10/10) and the entity token is replaced by [MASK] in
 `loss.entity_mask_rate` of the examples; both are predicted by one softmax over word pieces and
 entities (the entity part computed shard by shard over the row-sharded entity table).
-Loss = L_E (masked entities) + `loss.mlm_weight` * L_MLM (masked word pieces). Evaluation is
-zero-shot movie search by P(e | query) from `[CLS] [MASK] [SEP] query [SEP]`.
+Loss = L_E (masked entities) + `loss.mlm_weight` * L_MLM (masked word pieces). Evaluation:
+zero-shot movie search by P(e | query) from `[CLS] [MASK] [SEP] query [SEP]`, and tag prediction on
+the held-out movies by a binary classifier on [CLS] of `[CLS] e [SEP] tag [SEP]`, fine-tuned with the
+entity rows fixed (`tag_classifier`).
 """
 import math
 from typing import Any
@@ -22,6 +24,8 @@ from docent_jax.data import review_corpus
 from docent_jax.data import review_pipeline
 from docent_jax.data import tokenization
 from docent_jax.evaluation import movie_search
+from docent_jax.evaluation import tag_classifier
+from docent_jax.evaluation import tag_finetuning
 from docent_jax.models import docent_full
 from docent_jax.models import masking
 from docent_jax.models import pretrained
@@ -39,7 +43,7 @@ def max_predictions(length: int, rate: float) -> int:
 
 
 class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
-  """Masked prediction of word pieces and entity tokens; zero-shot search evaluation."""
+  """Masked prediction of word pieces and entity tokens; zero-shot search and tag prediction evaluation."""
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)
@@ -167,11 +171,31 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
     _, _, table = self.model.apply({"params": params}, method=docent_full.DocentFull.output_tables)
     return self.corpus.entity_ids, np.asarray(jax.device_get(table))
 
-  def evaluate(self, params: Any) -> dict[str, float]:
+  def _tag_classifier(self, params: Any) -> tag_classifier.TagClassifier:
+    """The (entity, tag) classifier, fine-tuned from the trained BERT; the entity rows are its fixed inputs."""
+    config = self.config
+    return tag_classifier.TagClassifier(
+        self.model, params["bert"], self.tokenizer, max_len=config.data.max_len,
+        options=tag_finetuning.finetune_options(config.eval, config.seed), batch_size=config.eval.batch_size,
+        mesh=self.mesh)
+
+  def search(self, params: Any) -> dict[str, float]:
     """Zero-shot movie search on the tag queries of the evaluated movies, by P(e | query)."""
     results = {}
     for split, (movies, queries) in docent_dual.search_tasks(self.corpus, self.config.eval.search_min_votes).items():
       # The softmax's normaliser is shared by all entities, so logits rank like P(e | query).
       scores = self.entity_scores(params, queries.queries)[:, movies]
       results.update({f"{split}/{k}": v for k, v in movie_search.evaluate_search(scores, queries).items()})
+    return results
+
+  def evaluate(self, params: Any) -> dict[str, float]:
+    """Zero-shot movie search; tag prediction on held-out movies by the pair classifier, entity rows fixed."""
+    results = self.search(params)
+    _, table = self.export_embeddings(params)
+    train, test = (tag_finetuning.Items(table[m], m) for m in (self.corpus.entity_split["train"],
+                                                                self.corpus.entity_split["test"]))
+    tags = tag_finetuning.evaluate_tag_tasks(
+        self._tag_classifier(params), self._label_sets(), train, test,
+        open_vocabulary_fractions=self.config.eval.open_vocabulary_fractions, seed=self.config.seed)
+    results.update({f"test/{k}": v for k, v in tags.items()})
     return results

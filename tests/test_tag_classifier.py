@@ -1,0 +1,100 @@
+"""FULL's tag classifier on [CLS] of (entity, tag): loss, pair sampling, learning a toy task, fixed entity rows."""
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from docent_jax import parallel
+from docent_jax.evaluation import tag_classifier
+from docent_jax.evaluation import tag_finetuning
+from docent_jax.models import bert
+from docent_jax.models import docent_full
+from docent_jax.models import pretrained
+from test_tag_finetuning import _DIM, _TAGS, _toy_task
+
+
+def test_loss_weights_known_pairs_by_votes_and_never_counts_them_as_negatives():
+  softplus = lambda x: np.logaddexp(0.0, x)
+  logits = jnp.array([[2.0, -1.0, 0.5, 1.0]])
+  votes = jnp.array([[3, 1, 0, 0]])
+  negatives = (softplus(0.5) + softplus(1.0)) / 2
+  assert float(tag_classifier.pair_classifier_loss(logits, votes, "votes")) == pytest.approx(
+      (3 * softplus(-2.0) + softplus(1.0)) / 4 + negatives, rel=1e-6)
+  log_weights = np.log1p([3.0, 1.0])
+  assert float(tag_classifier.pair_classifier_loss(logits, votes, "log_votes")) == pytest.approx(
+      np.dot(log_weights, [softplus(-2.0), softplus(1.0)]) / log_weights.sum() + negatives, rel=1e-6)
+  # Raising a known pair's logit only lowers the loss; raising an unknown one's raises it.
+  grads = np.asarray(jax.grad(tag_classifier.pair_classifier_loss)(logits, votes))
+  assert (grads[0, :2] < 0).all() and (grads[0, 2:] > 0).all()
+
+
+def test_sampled_pairs_hold_one_known_tag_then_distinct_unknown_tags():
+  rng = np.random.default_rng(0)
+  votes = np.zeros((30, 12), np.int32)
+  votes[np.arange(30), np.arange(30) % 12] = 1 + np.arange(30) % 3
+  votes[np.arange(0, 30, 2), (np.arange(0, 30, 2) + 5) % 12] = 2  # Half the items have two known tags.
+  positives = []
+  for _ in range(30):
+    items, tags = tag_classifier.sample_pairs(rng, votes, items_per_step=8, pairs_per_item=5)
+    assert items.shape == (8,) and tags.shape == (8, 5)
+    known = votes[items[:, None], tags] > 0
+    assert known[:, 0].all() and not known[:, 1:].any()
+    assert all(len(set(row)) == 5 for row in tags)
+    positives.extend(zip(items, tags[:, 0]))
+  assert len(set(positives)) > 30 + 10  # Items with two known tags get each of them.
+  # An item with every tag known: the pairs fill up with known tags, which the loss counts as positives.
+  _, tags = tag_classifier.sample_pairs(rng, np.ones((1, 3), np.int32), items_per_step=2, pairs_per_item=3)
+  assert sorted(tags[0]) == [0, 1, 2]
+
+
+@pytest.fixture(scope="module")
+def classifier():
+  config = bert.BertConfig.from_hf_dict(dict(vocab_size=30522, hidden_size=_DIM, num_hidden_layers=1,
+                                             num_attention_heads=4, intermediate_size=64))
+  tokens = jnp.zeros((1, 8), jnp.int32)
+  bert_params = bert.BertModel(config, add_pooler=False).init(jax.random.key(0), tokens, tokens)["params"]
+  mesh = parallel.create_mesh(ml_collections.ConfigDict(dict(shape=(2, 4))))
+  options = tag_finetuning.FinetuneOptions(num_steps=150, learning_rate=3e-3, items_per_step=8, tags_per_step=24)
+  return tag_classifier.TagClassifier(docent_full.DocentFull(config, num_entities=1), bert_params,
+                                      pretrained.load_tokenizer("minilm-l6"), max_len=16, options=options,
+                                      batch_size=16, mesh=mesh)
+
+
+def test_classifier_learns_a_toy_task_from_fixed_entity_rows(classifier):
+  train, train_votes = _toy_task(24, seed=1)  # Entity rows near one of 4 directions, one per tag.
+  test, test_votes = _toy_task(12, seed=2)
+  train_rows, test_rows = train.vectors, test.vectors
+  label_set = tag_finetuning.LabelSet("tags", _TAGS, np.concatenate([train_votes, test_votes]), vote_threshold=1)
+  test_movies = np.arange(24, 36)
+  auc = lambda scores: tag_finetuning.evaluate_label_scores(scores, label_set, test_movies)["auc"]
+  untrained = classifier.scores(classifier.initial_params, _TAGS, test_rows)
+  rows_before = train_rows.copy()
+  params = classifier.fit(_TAGS, train_rows, train_votes)
+  np.testing.assert_array_equal(train_rows, rows_before)
+  assert set(params) == {"bert", "head"}  # The entity rows are inputs, not parameters.
+  scores = classifier.scores(params, _TAGS, test_rows)
+  assert auc(scores) > 0.95 and auc(untrained) < 0.8
+  # Every entry is its own pair's logit (item-major; tags of different lengths are scored apart),
+  # and the pair's entity row is what it reads.
+  texts = _TAGS + ["a lonely cowboy rides his horse to a dusty saloon at midnight"]
+  tokens = tag_finetuning.label_tokens(classifier.tokenizer, texts, 16)
+  assert (tokens != 0).sum(axis=1).max() > 8 >= (tokens[:-1] != 0).sum(axis=1).max()
+  scores = classifier.scores(params, texts, test_rows)
+  items, tags = np.array([0, 5, 11, 7, 3]), np.array([3, 0, 2, 1, 4])
+  direct = classifier.scorer.logits(params, test_rows[items], tokens[tags])
+  np.testing.assert_allclose(scores[items, tags], direct, rtol=1e-5, atol=1e-5)
+  swapped = classifier.scores(params, texts, test_rows[::-1])
+  np.testing.assert_allclose(swapped, scores[::-1], rtol=1e-5, atol=1e-5)
+
+
+def test_closed_and_open_vocabulary_tasks_run_through_the_shared_driver(classifier):
+  train, train_votes = _toy_task(24, seed=1)
+  test, test_votes = _toy_task(12, seed=2)
+  label_set = tag_finetuning.LabelSet("tags", _TAGS, np.concatenate([train_votes, test_votes]), vote_threshold=2)
+  results = tag_finetuning.evaluate_tag_tasks(classifier, [label_set], train,
+                                              tag_finetuning.Items(test.vectors, np.arange(24, 36)),
+                                              open_vocabulary_fractions=(0.5,))
+  assert results["tags_auc"] > 0.95 and results["tags_p@1"] > 0.8
+  assert results["tags_num_entities"] == 8  # The 4 test movies with a single vote are below the threshold.
+  assert results["tags_open0.5_num_train_tags"] == 2 and 0.0 <= results["tags_open0.5_auc"] <= 1.0
