@@ -8,7 +8,7 @@ from docent_jax import train
 
 
 def test_unknown_objective_lists_valid_ones():
-  with pytest.raises(ValueError, match="valid objectives: \\[.blp., .docent_dual., .docent_full., .docent_hybrid.\\]"):
+  with pytest.raises(ValueError, match="valid objectives: \\[.blp., .cross_encoder., .docent_dual., .docent_full., .docent_hybrid., .supcon.\\]"):
     objectives.get_objective("relic")
 
 
