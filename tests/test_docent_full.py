@@ -9,6 +9,7 @@ from docent_jax import parallel
 from docent_jax import train
 from docent_jax.models import bert
 from docent_jax.models import docent_full as docent_full_model
+from docent_jax.models import masking
 from docent_jax.objectives import docent_full
 from review_fixtures import tiny_config
 
@@ -48,7 +49,7 @@ def test_two_segment_layout_and_entity_slot(objective):
 
 def test_masking_never_touches_special_positions(objective, monkeypatch):
   # A small cap and a high rate, so that chosen positions beyond the cap must be restored.
-  monkeypatch.setattr(docent_full, "_PREDICTION_HEADROOM", 0.5)
+  monkeypatch.setattr(masking, "_PREDICTION_HEADROOM", 0.5)
   monkeypatch.setattr(objective.config.loss, "mlm_rate", 0.5)
   sentences = jnp.asarray(next(iter(objective.train_batches(0)))["tokens"])
   tokens, _ = objective.layout(sentences)

@@ -54,7 +54,7 @@ def test_bi_encoder_encodes_offers_by_mean_pooled_bert_and_scores_the_pair_featu
 def test_mean_pool_ignores_masked_positions():
   hidden = jnp.arange(12.0).reshape(2, 3, 2)
   mask = jnp.array([[1, 1, 0], [0, 0, 0]])
-  np.testing.assert_allclose(pair_classifier.mean_pool(hidden, mask), [[1.0, 2.0], [0.0, 0.0]])
+  np.testing.assert_allclose(bert.mean_pool(hidden, mask), [[1.0, 2.0], [0.0, 0.0]])
 
 
 def test_cross_encoder_reads_both_offers_with_token_types_and_scores_cls():

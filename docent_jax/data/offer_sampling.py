@@ -11,10 +11,10 @@ from typing import Any
 
 from absl import logging
 import grain
-import jax
 import numpy as np
 
 from docent_jax.data import augmentation as augmentation_lib
+from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 
 # Streams of the random generator, so that each random choice has its own seed sequence.
@@ -142,20 +142,17 @@ def contrastive_batches(texts: Sequence[str], labels: np.ndarray, source: np.nda
     raise ValueError(f"labels in [{labels.min()}, {labels.max()}] do not fit int32.")
   if augmentation is not None:
     augmentation_lib.get_augmentation(augmentation)  # An unknown name fails here, not in the first batch.
-  process_count, process_index = jax.process_count(), jax.process_index()
-  if batch_size % process_count:
-    raise ValueError(f"batch_size {batch_size} is not divisible by {process_count} processes.")
-  local_rows = 2 * batch_size // process_count
-  first_row = process_index * local_rows
+  anchors = pipeline.process_rows(batch_size, "batch_size")
+  rows = slice(2 * anchors.start, 2 * anchors.stop)  # Each anchor's row is followed by its partner's.
 
   def read(index: int) -> dict[str, np.ndarray]:
-    offers = sampler(index)[first_row:first_row + local_rows]
+    offers = sampler(index)[rows]
     batch_texts = [texts[offer] for offer in offers]
     if augmentation is not None:
       # One generator per global row: the same row is augmented alike however many processes run.
       batch_texts = [
           augmentation_lib.augment(text, augmentation,
-                                   np.random.default_rng((seed, _AUGMENTATION, index, first_row + row)),
+                                   np.random.default_rng((seed, _AUGMENTATION, index, rows.start + row)),
                                    augmentation_probability)
           for row, text in enumerate(batch_texts)]
     return {"tokens": tokenization.tokenize_texts(tokenizer, batch_texts, max_len),

@@ -7,6 +7,15 @@ import jax
 import numpy as np
 
 
+def process_rows(global_rows: int, name: str = "global_batch_size") -> slice:
+  """This process's rows of a global batch of `global_rows`, which must split evenly over the processes."""
+  process_count = jax.process_count()
+  if global_rows % process_count:
+    raise ValueError(f"{name} {global_rows} is not divisible by {process_count} processes.")
+  local_rows = global_rows // process_count
+  return slice(jax.process_index() * local_rows, (jax.process_index() + 1) * local_rows)
+
+
 def process_batches(num_records: int, read: Callable[[np.ndarray], dict[str, np.ndarray]], *,
                     global_batch_size: int, seed: int, shuffle: bool = True,
                     num_epochs: int | None = None) -> grain.IterDataset:
@@ -18,19 +27,15 @@ def process_batches(num_records: int, read: Callable[[np.ndarray], dict[str, np.
   on one. Each epoch is a new permutation; an incomplete last batch is dropped. The iterator's
   get_state() / set_state() resume exactly where the state was taken.
   """
-  process_count, process_index = jax.process_count(), jax.process_index()
-  if global_batch_size % process_count:
-    raise ValueError(f"global_batch_size {global_batch_size} is not divisible by {process_count} processes.")
+  rows = process_rows(global_batch_size)
   if num_records < global_batch_size:
     raise ValueError(f"{num_records} records are fewer than one batch of {global_batch_size}.")
-  local_batch_size = global_batch_size // process_count
-  start = process_index * local_batch_size
   indices = grain.MapDataset.range(num_records)
   if shuffle:
     indices = indices.shuffle(seed=seed)
   return (indices.repeat(num_epochs)
           .batch(global_batch_size, drop_remainder=True)
-          .map(lambda global_indices: read(global_indices[start:start + local_batch_size]))
+          .map(lambda global_indices: read(global_indices[rows]))
           .to_iter_dataset())
 
 

@@ -92,8 +92,7 @@ def pool(encoder: bert.BertModel, params: Any, tokens: jax.Array, pooling: str) 
   if pooling == "cls":
     return hidden[:, 0]
   if pooling == "mean":
-    weights = mask[..., None].astype(hidden.dtype)
-    return (hidden * weights).sum(axis=1) / jnp.maximum(weights.sum(axis=1), 1.0)
+    return bert.mean_pool(hidden, mask)
   raise ValueError(f"Unknown pooling {pooling!r}; valid: {list(POOLINGS)}.")
 
 

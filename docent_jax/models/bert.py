@@ -266,6 +266,12 @@ class BertModel(nn.Module):
     return self.embeddings.word_embeddings.embedding
 
 
+def mean_pool(hidden: jax.Array, attention_mask: jax.Array) -> jax.Array:
+  """[N, d] mean of `hidden` [N, L, d] over the positions where `attention_mask` [N, L] is 1."""
+  weights = attention_mask[..., None].astype(hidden.dtype)
+  return (hidden * weights).sum(axis=1) / jnp.maximum(weights.sum(axis=1), 1.0)
+
+
 def word_embedding_matrix(bert_params: dict[str, Any]) -> jax.Array:
   """The [vocab, hidden] input embedding table from (unboxed) `BertModel` params."""
   return bert_params["embeddings"]["word_embeddings"]["embedding"]

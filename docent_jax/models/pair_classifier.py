@@ -23,12 +23,6 @@ from docent_jax.models import bert
 NUM_PAIR_FEATURES = 4
 
 
-def mean_pool(hidden: jax.Array, attention_mask: jax.Array) -> jax.Array:
-  """[N, d] mean of `hidden` [N, L, d] over the positions where `attention_mask` [N, L] is 1."""
-  weights = attention_mask[..., None].astype(hidden.dtype)
-  return (hidden * weights).sum(axis=1) / jnp.maximum(weights.sum(axis=1), 1.0)
-
-
 def pair_features(u: jax.Array, v: jax.Array) -> jax.Array:
   """[N, 4d] features [u, v, |u - v|, u * v] of offer vectors u, v [N, d] (as in Sentence-BERT)."""
   return jnp.concatenate([u, v, jnp.abs(u - v), u * v], axis=-1)
@@ -80,7 +74,7 @@ class PairClassifier(nn.Module):
     """Offer vectors [N, d]: BERT's outputs for token ids [N, L], averaged over the non-padding tokens."""
     mask = (tokens != 0).astype(jnp.int32)
     hidden = self.bert(tokens, mask, deterministic=deterministic).last_hidden_state
-    return mean_pool(hidden, mask).astype(jnp.float32)
+    return bert.mean_pool(hidden, mask).astype(jnp.float32)
 
   def classify(self, vectors: jax.Array, *, deterministic: bool = True) -> jax.Array:
     """Logits [B] of the offer vectors [B, 2, d] of each pair (left, right)."""

@@ -56,13 +56,9 @@ class ReviewBaselines:
   """
 
   def _tag_finetuner(self, bert_params: Any) -> tag_finetuning.TagFinetuner:
-    config = self.config.eval
-    options = tag_finetuning.FinetuneOptions(
-        num_steps=config.tag_finetune_steps, learning_rate=config.tag_learning_rate,
-        weight_decay=config.tag_weight_decay, items_per_step=config.tag_items_per_step,
-        tags_per_step=config.tag_tags_per_step, vote_weighting=config.tag_vote_weighting, seed=self.config.seed)
     return tag_finetuning.TagFinetuner(self.model.config, bert_params, self.tokenizer,
-                                       max_len=self.config.data.max_len, options=options)
+                                       max_len=self.config.data.max_len,
+                                       options=tag_finetuning.finetune_options(self.config.eval, self.config.seed))
 
   def _label_sets(self) -> list[tag_finetuning.LabelSet]:
     return tag_finetuning.label_sets(self.corpus, self.config.eval.tag_vote_threshold)

@@ -9,7 +9,6 @@ zero-shot movie search by P(e | query) from `[CLS] [MASK] [SEP] query [SEP]`, an
 the held-out movies by a binary classifier on [CLS] of `[CLS] e [SEP] tag [SEP]`, fine-tuned with the
 entity rows fixed (`tag_classifier`).
 """
-import math
 from typing import Any
 
 import jax
@@ -32,14 +31,9 @@ from docent_jax.models import pretrained
 from docent_jax.objectives import base
 from docent_jax.objectives import docent_dual
 
-# Word pieces predicted per example at most: twice the expected number of masked ones, so that
-# capping (as BERT's max_predictions_per_seq) almost never drops a chosen position.
-_PREDICTION_HEADROOM = 2.0
-
-
 def max_predictions(length: int, rate: float) -> int:
   """Static number of word-piece predictions per example for sequences of `length`."""
-  return max(1, min(length - docent_full.SENTENCE_START - 1, math.ceil(_PREDICTION_HEADROOM * rate * length)))
+  return masking.max_predictions(length, rate, max_maskable=length - docent_full.SENTENCE_START - 1)
 
 
 class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
@@ -105,14 +99,11 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
     corrupted, labels, chosen = masking.mask_tokens(
         word_rng, tokens, maskable, rate=self.config.loss.mlm_rate, mask_id=ids["mask"],
         vocab_size=self.bert_config.vocab_size)
-    # Keep at most k chosen positions per row, picked at random; the others are left uncorrupted.
-    priority = chosen + 0.5 * jax.random.uniform(cap_rng, chosen.shape)
-    _, positions = jax.lax.top_k(priority, max_predictions(length, self.config.loss.mlm_rate))
-    predicted = jnp.take_along_axis(chosen, positions, axis=1)
-    kept = jnp.zeros_like(chosen).at[jnp.arange(batch)[:, None], positions].set(predicted)
+    corrupted, positions, predicted = masking.cap_predictions(
+        cap_rng, tokens, corrupted, chosen, max_predictions(length, self.config.loss.mlm_rate))
     entity_masked = jax.random.bernoulli(entity_rng, self.config.loss.entity_mask_rate, (batch,))
     return {
-        "tokens": jnp.where(kept, corrupted, tokens),
+        "tokens": corrupted,
         "token_types": token_types,
         "attention_mask": (tokens != ids["pad"]).astype(jnp.int32),
         "entity_visible": ~entity_masked,

@@ -31,7 +31,6 @@ from docent_jax.data import offer_labels
 from docent_jax.data import offer_sampling
 from docent_jax.evaluation import pair_matching
 from docent_jax.models import bert
-from docent_jax.models import pair_classifier
 from docent_jax.models import pretrained
 from docent_jax.objectives import base
 
@@ -92,7 +91,7 @@ class SupconObjective(base.Objective):
     mask = (tokens != self.tokenizer.pad_token_id).astype(jnp.int32)
     hidden = self.encoder.apply({"params": params["bert"]}, tokens, mask, deterministic=False,
                                 rngs={"dropout": rng}).last_hidden_state
-    loss, metrics = losses.supcon_loss(pair_classifier.mean_pool(hidden, mask), batch["label"],
+    loss, metrics = losses.supcon_loss(bert.mean_pool(hidden, mask), batch["label"],
                                        self.config.loss.temperature)
     return loss, {**metrics, "loss": loss}
 
