@@ -130,6 +130,17 @@ def test_frozen_encoder_trains_only_the_head(toy, tokenizer, mesh):
   assert test["f1"] > 0.8 > _all_positive_f1(pairs["test"]) + 0.2
 
 
+def test_lr_multipliers_scale_the_updates_of_matching_params(toy, tokenizer, mesh):
+  texts, pairs = toy
+  matcher = pair_matching.BiEncoderMatcher(BI_CONFIG, tokenizer, max_len=6)
+  params = matcher.init_params(jax.random.key(0))
+  options = pair_matching.FitOptions(max_steps=3, batch_size=32, learning_rate=1e-2, eval_batch_size=16,
+                                     lr_multipliers=(("^head/", 0.0),))
+  result = pair_matching.fit_pair_classifier(matcher, params, texts, pairs, options=options, mesh=mesh)
+  assert _bert_leaves_equal(result.params["head"], params["head"])
+  assert not _bert_leaves_equal(result.params["bert"], params["bert"])
+
+
 def test_training_stops_after_patience_epochs_and_returns_the_best_epoch(toy, tokenizer, mesh):
   texts, pairs = toy
   matcher = pair_matching.BiEncoderMatcher(BI_CONFIG, tokenizer, max_len=6, freeze_encoder=True)

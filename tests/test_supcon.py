@@ -76,6 +76,18 @@ def test_pretraining_labels_come_from_the_training_matches(products_dir, tmp_pat
     supcon.offer_labels_of(corpus, "weak", fraction=1.0, seed=0)
 
 
+@pytest.mark.parametrize("from_frozen_head", [True, False])
+def test_trained_encoder_starts_from_the_frozen_fit_when_configured(products_dir, tmp_path, from_frozen_head):
+  config = tiny_config(products_dir, tmp_path / "tfds")
+  config.classifier.trained_learning_rate = 0.0  # Fine-tuning changes nothing: it scores its starting point.
+  config.classifier.trained_max_steps = 1
+  config.classifier.trained_from_frozen_head = from_frozen_head
+  trainer = train.Trainer(config, tmp_path / "run")
+  results = trainer.objective.evaluate(trainer.initial_state().params)
+  same = results["trained"]["test/loss"] == pytest.approx(results["frozen"]["test/loss"], rel=1e-5)
+  assert same == from_frozen_head
+
+
 def test_every_model_of_the_config_trains_and_reports(products_dir, tmp_path):
   config = tiny_config(products_dir, tmp_path / "tfds")
   results = train.train_and_evaluate(config, tmp_path / "run")

@@ -54,6 +54,9 @@ class FitOptions:
   grad_clip_norm: float = 1.0
   eval_batch_size: int = 256
   seed: int = 0
+  # (regex over param paths, factor): e.g. (('^head/', 20.0),) lets a fresh head learn faster than
+  # the pre-trained encoder it sits on.
+  lr_multipliers: tuple[tuple[str, float], ...] = ()
 
   def __post_init__(self):
     counts = [self.max_epochs, self.patience, self.batch_size, self.eval_batch_size]
@@ -317,7 +320,7 @@ def _training(matcher: PairMatcher, options: FitOptions, num_steps: int, mesh: M
   optimizer = train.create_optimizer(ml_collections.ConfigDict(dict(
       learning_rate=options.learning_rate, warmup_steps=round(options.warmup_ratio * num_steps),
       weight_decay=options.weight_decay, grad_clip_norm=options.grad_clip_norm, b1=0.9, b2=0.999, eps=1e-8,
-      lr_multipliers=())), num_steps)
+      lr_multipliers=options.lr_multipliers)), num_steps)
   abstract = matcher.abstract_trainable(mesh, rules)
   shardings = jax.tree.map(lambda x: x.sharding, abstract)
   replicated, batch = parallel.replicated(mesh), parallel.batch_sharding(mesh)

@@ -102,11 +102,12 @@ class SupconObjective(base.Objective):
         max_epochs=config.max_epochs, patience=config.patience, batch_size=config.batch_size,
         learning_rate=config.trained_learning_rate if trained_encoder else config.frozen_learning_rate,
         max_steps=config.trained_max_steps if trained_encoder else None,
+        lr_multipliers=tuple(map(tuple, config.trained_lr_multipliers)) if trained_encoder else (),
         eval_batch_size=self.config.eval.batch_size, seed=self.config.seed)
 
   def fit_and_test(self, matcher: pair_matching.PairMatcher, params: Any,
-                   options: pair_matching.FitOptions) -> dict[str, float]:
-    """Fine-tunes `matcher` from `params`; metrics of the best epoch on validation and test."""
+                   options: pair_matching.FitOptions) -> tuple[dict[str, float], Any]:
+    """Fine-tunes `matcher` from `params`: metrics of the best epoch on validation and test, and its params."""
     rules = parallel.rules_from_config(self.config.mesh)
     fit = pair_matching.fit_pair_classifier(matcher, params, self.corpus.texts, self.corpus.pairs, options=options,
                                             mesh=self.mesh, rules=rules)
@@ -116,19 +117,27 @@ class SupconObjective(base.Objective):
                                              mesh=self.mesh, batch_size=self.config.eval.batch_size, split=split,
                                              rules=rules)
       results.update({f"{split}/{k}": v for k, v in metrics.items()})
-    return results
+    return results, fit.params
 
   def evaluate(self, params: Any) -> dict[str, Any]:
-    """Per encoder mode, the pair classifier's metrics; flat when there is one mode."""
-    modes = self.config.classifier.encoder_modes
-    results = {}
-    for mode in modes:
+    """Per encoder mode, the pair classifier's metrics; flat when there is one mode.
+
+    With `classifier.trained_from_frozen_head`, a trained encoder's head starts where the frozen
+    encoder's fit ended (linear probing, then fine-tuning), when 'frozen' comes first in the modes.
+    """
+    config = self.config.classifier
+    results, frozen_head = {}, None
+    for mode in config.encoder_modes:
       matcher = pair_matching.BiEncoderMatcher(self.bert_config, self.tokenizer, max_len=self.config.data.max_len,
                                                freeze_encoder=mode == "frozen")
       initial = matcher.init_params(jax.random.key(self.config.seed), jax.device_get(params["bert"]))
-      results[mode] = self.fit_and_test(matcher, initial, self.fit_options(trained_encoder=mode == "trained"))
+      if mode == "trained" and frozen_head is not None and config.trained_from_frozen_head:
+        initial = {**initial, "head": frozen_head}
+      results[mode], fitted = self.fit_and_test(matcher, initial, self.fit_options(trained_encoder=mode == "trained"))
+      if mode == "frozen":
+        frozen_head = fitted["head"]
       logging.info("%s, %s encoder: %s", self.config.name, mode, results[mode])
-    return results[modes[0]] if len(modes) == 1 else results
+    return results[config.encoder_modes[0]] if len(config.encoder_modes) == 1 else results
 
 
 class CrossEncoderObjective(SupconObjective):
@@ -138,4 +147,4 @@ class CrossEncoderObjective(SupconObjective):
     matcher = pair_matching.CrossEncoderMatcher(self.bert_config, self.tokenizer,
                                                 max_len=self.config.classifier.cross_encoder_max_len)
     initial = matcher.init_params(jax.random.key(self.config.seed), jax.device_get(params["bert"]))
-    return self.fit_and_test(matcher, initial, self.fit_options(trained_encoder=True))
+    return self.fit_and_test(matcher, initial, self.fit_options(trained_encoder=True))[0]
