@@ -66,9 +66,12 @@ def get_config(arg: str = "abt_buy") -> ml_collections.ConfigDict:
   config.mesh = common.mesh()
 
   frozen_only = {"classifier": {"encoder_modes": ("frozen",)}}
-  config.baselines = ml_collections.ConfigDict({
+  baselines = {
       "self_supervised": {"loss": {"labels": "self"}, **frozen_only},
       "supcon_mixed": {"data": {"source_aware": False}, **frozen_only},
       "cross_encoder": {"objective": "cross_encoder", "train": {"num_steps": 0}},
-  })
+  }
+  if arg.startswith("wdc_computers"):
+    del baselines["supcon_mixed"]  # One source: mixed sampling draws the very batches of source-aware sampling.
+  config.baselines = ml_collections.ConfigDict(baselines)
   return config

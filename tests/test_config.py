@@ -3,6 +3,7 @@ import pytest
 
 from configs import blp
 from configs import default
+from configs import supcon
 from docent_jax import objectives
 from docent_jax import train
 
@@ -32,3 +33,9 @@ def test_default_config_trains_blp_transe_beside_be_bow():
       ("blp_transe", "bert", "transe"), ("be_bow", "bow", "transe")]
   assert configs[1].train.to_dict() == configs[0].train.to_dict()  # Same budget and batches.
   assert configs[1].data.to_dict() == configs[0].data.to_dict()
+
+
+def test_supcon_runs_the_mixed_sampling_ablation_only_on_several_sources():
+  assert "supcon_mixed" in supcon.get_config("abt_buy").baselines
+  assert "supcon_mixed" not in supcon.get_config("wdc_computers_small").baselines
+  assert {"self_supervised", "cross_encoder"} <= set(supcon.get_config("wdc_computers_small").baselines)
