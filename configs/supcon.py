@@ -69,7 +69,11 @@ def get_config(arg: str = "abt_buy") -> ml_collections.ConfigDict:
   baselines = {
       "self_supervised": {"loss": {"labels": "self"}, **frozen_only},
       "supcon_mixed": {"data": {"source_aware": False}, **frozen_only},
-      "cross_encoder": {"objective": "cross_encoder", "train": {"num_steps": 0}},
+      # Equal compute: without pre-training, the cross-encoder fine-tunes for the pre-training's steps plus
+      # the trained encoder's (a step of 32 pairs x 128 tokens = one of 2 x 32 offers x 64 tokens).
+      "cross_encoder": {"objective": "cross_encoder", "train": {"num_steps": 0},
+                        "classifier": {"trained_max_steps": (config.train.get_ref("num_steps")
+                                                             + config.classifier.get_ref("trained_max_steps"))}},
   }
   if arg.startswith("wdc_computers"):
     del baselines["supcon_mixed"]  # One source: mixed sampling draws the very batches of source-aware sampling.

@@ -12,9 +12,10 @@ import orbax.checkpoint as ocp
 CONFIG_FILE = "config.json"
 
 # Keys that may change between a run and its restart without changing what is computed:
-# where it runs (mesh), how often it reports or saves, how it evaluates, and which baselines run beside it.
+# where it runs (mesh), how often it reports or saves, how it evaluates (`classifier`: the fine-tuned
+# pair classifier that evaluates a SupCon encoder), and which baselines run beside it.
 RESTART_SAFE_KEYS = ("mesh", "train.log_every_steps", "train.checkpoint_every_steps", "train.keep_checkpoints",
-                     "eval", "baselines")
+                     "eval", "classifier", "baselines")
 
 
 class ConfigMismatchError(RuntimeError):

@@ -39,3 +39,10 @@ def test_supcon_runs_the_mixed_sampling_ablation_only_on_several_sources():
   assert "supcon_mixed" in supcon.get_config("abt_buy").baselines
   assert "supcon_mixed" not in supcon.get_config("wdc_computers_small").baselines
   assert {"self_supervised", "cross_encoder"} <= set(supcon.get_config("wdc_computers_small").baselines)
+
+
+def test_supcon_cross_encoder_budget_follows_overrides_of_both_step_counts():
+  config = supcon.get_config("abt_buy")
+  config.train.num_steps, config.classifier.trained_max_steps = 30, 7
+  cross_encoder = {c.name: c for c in train.model_configs(config)}["cross_encoder"]
+  assert (cross_encoder.train.num_steps, cross_encoder.classifier.trained_max_steps) == (0, 37)
