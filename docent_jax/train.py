@@ -178,7 +178,7 @@ class Trainer:
       if step % config.train.log_every_steps == 0 or step == num_steps:
         writer.write_scalars(step, jax.device_get(metrics))
       checkpoints.save(manager, step, state, batches, force=step == num_steps)
-    if start == num_steps == 0:
+    if start == num_steps == 0 and latest is None:
       # Nothing to train (a baseline without pre-training): the initial state still serves --mode=evaluate.
       checkpoints.save(manager, 0, state, batches, force=True)
     manager.wait_until_finished()

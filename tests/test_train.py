@@ -71,6 +71,8 @@ def test_a_model_without_training_steps_keeps_its_initial_state(kg_dir, tfds_dir
   initial = jax.device_get(trainer.train().params)
   assert (tmp_path / "checkpoints" / "0").is_dir()
   _assert_trees_close(train.Trainer(config, tmp_path).restore_params(), initial, atol=0)
+  # A rerun (e.g. after a later model of the config failed) finds the step-0 checkpoint and keeps it.
+  _assert_trees_close(jax.device_get(train.Trainer(config, tmp_path).train().params), initial, atol=0)
 
 
 def test_sharded_mesh_gives_single_device_loss_and_gradients(kg_dir, tfds_dir):
