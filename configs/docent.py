@@ -30,8 +30,9 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.model = common.bert_model()
   config.model.scale = 20.0  # Of the cosine similarity; learned from this value unless learn_scale is False.
   config.model.learn_scale = True
-  # Entity rows start at the mean pretrained f(s) of some of the entity's sentences, or random (dual,
-  # hybrid). On imdb_movielens the sentence mean raised DUAL's search MRR (see README).
+  # Entity rows start from some of the entity's sentences, or random. sentence_mean: the mean pretrained
+  # f(s) (dual, hybrid), the IDF-weighted mean word-piece embedding (full: its rows are word pieces).
+  # On imdb_movielens the sentence mean raised DUAL's search MRR (see README).
   config.model.entity_init = "sentence_mean"
   config.model.entity_init_sentences = 16
 

@@ -130,3 +130,23 @@ def test_entity_rows_stay_sharded_in_the_train_step_and_loss_matches_one_device(
   # Same masks, dropout and loss on 8 devices as on one; the gradient norm checks the backward pass.
   for key in ("loss", "entity_loss", "mlm_loss", "num_masked_words", "entity_mask_fraction", "grad_norm"):
     assert metrics_8[key] == pytest.approx(metrics_1[key], rel=1e-5), key
+
+
+def test_sentence_mean_rows_start_at_the_words_of_their_reviews(reviews_dir, reviews_tfds_dir):
+  config = full_config(reviews_dir, reviews_tfds_dir)
+  assert config.model.entity_init == "sentence_mean"
+  trainer = train.Trainer(config, "unused")
+  params = trainer.initial_state().params
+  rows = np.asarray(params["entities"]["embedding"])
+  words = np.asarray(bert.word_embedding_matrix(params["bert"]))
+  # The rows were placed by the word table the model starts from (a fixed random BERT here).
+  np.testing.assert_array_equal(words, bert.word_embedding_matrix(trainer.objective._pretrained_bert()))
+  np.testing.assert_allclose(np.linalg.norm(rows, axis=1), np.linalg.norm(words, axis=1).mean(), rtol=1e-5)
+  # Movies of one theme share their reviews' theme words: each row is nearer to its theme's rows.
+  themes = np.array([int(entity[1:]) % 4 for entity in trainer.objective.corpus.entity_ids])
+  unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+  cosine = unit @ unit.T
+  same_theme = (themes[:, None] == themes[None, :]) & ~np.eye(len(themes), dtype=bool)
+  other_theme = themes[:, None] != themes[None, :]
+  for movie in range(len(themes)):
+    assert cosine[movie, same_theme[movie]].min() > cosine[movie, other_theme[movie]].max(), movie

@@ -11,11 +11,13 @@ entity rows fixed (`tag_classifier`).
 """
 from typing import Any
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 import ml_collections
 import numpy as np
+import scipy.sparse
 
 from docent_jax import losses
 from docent_jax import parallel
@@ -25,6 +27,7 @@ from docent_jax.data import tokenization
 from docent_jax.evaluation import movie_search
 from docent_jax.evaluation import tag_classifier
 from docent_jax.evaluation import tag_finetuning
+from docent_jax.models import bert
 from docent_jax.models import docent_full
 from docent_jax.models import masking
 from docent_jax.models import pretrained
@@ -44,6 +47,9 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
     for name in ("mlm_rate", "entity_mask_rate"):
       if not 0.0 <= config.loss[name] <= 1.0:
         raise ValueError(f"loss.{name} must be in [0, 1]; got {config.loss[name]}.")
+    if config.model.entity_init not in docent_dual.ENTITY_INITS:
+      raise ValueError(f"Unknown model.entity_init {config.model.entity_init!r}; "
+                       f"valid: {list(docent_dual.ENTITY_INITS)}.")
     self.corpus = review_corpus.load_review_corpus(
         config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
@@ -63,12 +69,46 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
                            )["params"]
 
   def pretrained_params(self) -> dict[str, Any]:
-    if self._bert_params is None:
-      return {}
-    params = dict(self._bert_params)
-    # A checkpoint's MLM head (MiniLM ships none) initialises ours; otherwise it starts fresh.
-    head = params.pop(pretrained.MLM_HEAD_KEY, None)
-    return {"bert": params, **({"mlm_head": head} if head is not None else {})}
+    params = {}
+    if self._bert_params is not None:
+      params["bert"] = dict(self._bert_params)
+      # A checkpoint's MLM head (MiniLM ships none) initialises ours; otherwise it starts fresh.
+      head = params["bert"].pop(pretrained.MLM_HEAD_KEY, None)
+      if head is not None:
+        params["mlm_head"] = head
+    if self.config.model.entity_init == "sentence_mean":
+      # Without a pretrained BERT the model starts from the fixed random one whose words place the rows.
+      params.setdefault("bert", self._pretrained_bert())
+      params["entities"] = {"embedding": self.sentence_mean_entities(
+          np.asarray(bert.word_embedding_matrix(params["bert"])))}
+    return params
+
+  def sentence_mean_entities(self, word_table: np.ndarray) -> np.ndarray:
+    """[N, d]: each entity's IDF-weighted mean word-piece embedding over some of its sentences.
+
+    FULL's entity rows are extra word pieces, scored against the MLM head's output like words, so
+    each starts at the words of up to `model.entity_init_sentences` of its sentences (weighted by
+    inverse sentence frequency, so that the words every review uses do not make all rows alike),
+    at the mean norm of the word-piece rows: an input embedding of the usual size, and an output
+    row that the head ranks by how well its predicted words fit the entity's reviews.
+    """
+    corpus = self.corpus
+    sampled = tag_finetuning.subsample_per_entity(
+        corpus.sentence_entity, np.arange(corpus.num_entities), self.config.model.entity_init_sentences,
+        self.config.seed)
+    tokens = tokenization.tokenize_texts(self.tokenizer, [corpus.sentences[i] for i in sampled],
+                                         self.config.data.max_len)
+    sentence, position = np.nonzero(~np.isin(tokens, list(self.special_ids.values())))
+    words = tokens[sentence, position]
+    vocab_size = len(word_table)
+    in_sentences = np.bincount(np.unique(sentence * vocab_size + words) % vocab_size, minlength=vocab_size)
+    idf = np.log(len(sampled) / np.maximum(in_sentences, 1))
+    weights = scipy.sparse.csr_matrix((idf[words], (corpus.sentence_entity[sampled][sentence], words)),
+                                      shape=(corpus.num_entities, vocab_size))
+    rows = np.asarray(weights @ word_table, np.float32)
+    rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+    logging.info("Entity rows initialised from the word pieces of %d sentences.", len(sampled))
+    return rows * np.linalg.norm(word_table, axis=1).mean()
 
   def train_batches(self, seed: int) -> Any:
     return review_pipeline.sentence_batches(
