@@ -63,6 +63,16 @@ class ReviewBaselines:
   def _label_sets(self) -> list[tag_finetuning.LabelSet]:
     return tag_finetuning.label_sets(self.corpus, self.config.eval.tag_vote_threshold)
 
+  def _entity_init_sentences(self) -> tuple[np.ndarray, np.ndarray]:
+    """Indices and token rows of the up to `model.entity_init_sentences` sentences per entity that
+    place the `sentence_mean` entity rows."""
+    corpus = self.corpus
+    sampled = tag_finetuning.subsample_per_entity(
+        corpus.sentence_entity, np.arange(corpus.num_entities), self.config.model.entity_init_sentences,
+        self.config.seed)
+    return sampled, tokenization.tokenize_texts(self.tokenizer, [corpus.sentences[i] for i in sampled],
+                                                self.config.data.max_len)
+
   def _pretrained_bert(self) -> Any:
     """The pretrained encoder of the baselines (a fixed random one when the config names none)."""
     if self._bert_params is not None:
@@ -154,11 +164,7 @@ class DocentDualObjective(ReviewBaselines, base.Objective):
     each of the few updates per epoch must first pull into the sentences' space.
     """
     corpus = self.corpus
-    sampled = tag_finetuning.subsample_per_entity(
-        corpus.sentence_entity, np.arange(corpus.num_entities), self.config.model.entity_init_sentences,
-        self.config.seed)
-    tokens = tokenization.tokenize_texts(self.tokenizer, [corpus.sentences[i] for i in sampled],
-                                         self.config.data.max_len)
+    sampled, tokens = self._entity_init_sentences()
     vectors = tag_finetuning.encode_texts(bert.BertModel(self.model.config, add_pooler=False),
                                           self._pretrained_bert(), tokens, "cls",
                                           batch_size=self.config.eval.batch_size, mesh=self.mesh)

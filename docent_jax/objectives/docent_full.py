@@ -93,11 +93,7 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
     row that the head ranks by how well its predicted words fit the entity's reviews.
     """
     corpus = self.corpus
-    sampled = tag_finetuning.subsample_per_entity(
-        corpus.sentence_entity, np.arange(corpus.num_entities), self.config.model.entity_init_sentences,
-        self.config.seed)
-    tokens = tokenization.tokenize_texts(self.tokenizer, [corpus.sentences[i] for i in sampled],
-                                         self.config.data.max_len)
+    sampled, tokens = self._entity_init_sentences()
     sentence, position = np.nonzero(~np.isin(tokens, list(self.special_ids.values())))
     words = tokens[sentence, position]
     vocab_size = len(word_table)
