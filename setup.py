@@ -13,6 +13,7 @@ setuptools.setup(
         "flax==0.12.8",
         "optax==0.2.8",
         "orbax-checkpoint==0.12.8",
+        "etils[epath]==1.15.0",
         "tensorflow-datasets==4.9.10",
         "array_record==0.8.6",
         "grain==0.2.18",

@@ -33,10 +33,14 @@ def get_config(arg: str = "wn18rr") -> ml_collections.ConfigDict:
   config.train = common.training(global_batch_size=64, num_steps=50_000, log_every_steps=100,
                                  checkpoint_every_steps=2_000)
 
-  config.eval = ml_collections.ConfigDict()
-  config.eval.batch_size = 256
+  config.eval = common.evaluation(batch_size=256, best_metric="validation/mrr")
   config.eval.link_prediction_batch_size = 512
-  config.eval.classification_c_values = (0.01, 0.1, 1.0, 10.0, 100.0)
+  # BLP keeps the checkpoint of the best validation MRR and reports test numbers from it.
+  config.evals = ml_collections.ConfigDict(dict(
+      validation=dict(type="link_prediction", split="validation", every_steps=2_000),
+      test=dict(type="link_prediction", split="test"),
+      classification=dict(type="entity_classification", c_values=(0.01, 0.1, 1.0, 10.0, 100.0)),
+  ))
 
   config.mesh = common.mesh()
 

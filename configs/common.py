@@ -36,3 +36,9 @@ def bert_model(pretrained: str = "minilm-l6") -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
       pretrained=pretrained, tokenizer="minilm-l6", dtype="float32",
       bert=dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)))
+
+
+def evaluation(batch_size: int, best_metric: str = "", best_mode: str = "max") -> ml_collections.ConfigDict:
+  """Shared evaluation settings; best_metric (e.g. 'validation/mrr', from an eval with every_steps) picks
+  the checkpoint whose params are reported ("" = the last), best_mode 'max' or 'min'."""
+  return ml_collections.ConfigDict(dict(batch_size=batch_size, best_metric=best_metric, best_mode=best_mode))

@@ -13,6 +13,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.global_batch_size = 32
   config.train.log_every_steps = 20
   config.train.checkpoint_every_steps = 100
+  config.evals.validation.every_steps = 100
   config.optim.learning_rate = 5e-5
   config.optim.warmup_steps = 30
   config.baselines = ml_collections.ConfigDict({

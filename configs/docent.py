@@ -52,8 +52,11 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.train = common.training(global_batch_size=32, num_steps=NUM_STEPS[variant], log_every_steps=50,
                                  checkpoint_every_steps=500)
 
-  config.eval = ml_collections.ConfigDict()
-  config.eval.batch_size = 128
+  config.evals = ml_collections.ConfigDict(dict(
+      search=dict(type="movie_search"),
+      tags=dict(type="tag_prediction"),
+  ))
+  config.eval = common.evaluation(batch_size=128)
   config.eval.search_min_votes = 1  # Votes that make a movie relevant to a tag query.
   # Tag prediction: a tag is positive for a held-out movie at this many votes (genres: 1). The paper
   # uses 2; in imdb_movielens only 5 movie-tag pairs reach 2 votes, so 1 is the default here.

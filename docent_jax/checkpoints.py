@@ -1,9 +1,12 @@
-"""Orbax checkpoints of the train state and the input pipeline, and the workdir's config guard."""
+"""Orbax checkpoints of the train state and the input pipeline, the best params, and the workdir's config guard.
+
+Every path goes through `etils.epath`, so a `gs://` workdir works like a local one.
+"""
 import json
-import pathlib
 from typing import Any
 
 from absl import logging
+from etils import epath
 import grain
 import jax
 import ml_collections
@@ -11,15 +14,21 @@ import orbax.checkpoint as ocp
 
 CONFIG_FILE = "config.json"
 
-# Keys that may change between a run and its restart without changing what is computed:
-# where it runs (mesh), how often it reports or saves, how it evaluates (`classifier`: the fine-tuned
-# pair classifier that evaluates a SupCon encoder), and which baselines run beside it.
+# Keys that may change between a run and its restart without changing what is trained: where it
+# runs (mesh), how often it reports or saves, how it evaluates (`eval`, `evals`), and which other
+# runs share its workdir (`baselines`, `finetune`).
 RESTART_SAFE_KEYS = ("mesh", "train.log_every_steps", "train.checkpoint_every_steps", "train.keep_checkpoints",
-                     "eval", "classifier", "baselines")
+                     "eval", "evals", "baselines", "finetune")
 
 
 class ConfigMismatchError(RuntimeError):
   """The workdir was written by a run with a different config."""
+
+
+def as_path(path: str | epath.PathLike) -> epath.Path:
+  """An epath.Path; local relative paths become absolute (Orbax needs absolute paths), URLs stay as they are."""
+  path = epath.Path(path)
+  return path if "://" in str(path) or path.is_absolute() else epath.Path(path.absolute())
 
 
 def _without_restart_safe_keys(config: dict) -> dict:
@@ -33,12 +42,20 @@ def _without_restart_safe_keys(config: dict) -> dict:
   return config
 
 
-def guard_workdir_config(workdir: str | pathlib.Path, config: ml_collections.ConfigDict) -> None:
+def recorded_config(workdir: str | epath.PathLike) -> ml_collections.ConfigDict:
+  """The config a workdir's run recorded (e.g. to rebuild the model a fine-tuning run starts from)."""
+  path = as_path(workdir) / CONFIG_FILE
+  if not path.exists():
+    raise FileNotFoundError(f"{path} does not exist: {path.parent} holds no run.")
+  return ml_collections.ConfigDict(json.loads(path.read_text()))
+
+
+def guard_workdir_config(workdir: str | epath.PathLike, config: ml_collections.ConfigDict) -> None:
   """Records the config in a new workdir; refuses a workdir whose recorded config differs.
 
   Nothing in the workdir is touched when the configs differ, so the earlier run's checkpoints stay.
   """
-  path = pathlib.Path(workdir) / CONFIG_FILE
+  path = as_path(workdir) / CONFIG_FILE
   current = json.loads(config.to_json_best_effort(sort_keys=True))
   if path.exists():
     recorded = json.loads(path.read_text())
@@ -61,9 +78,9 @@ def _differing_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
   return [] if old == new else [prefix.rstrip(".")]
 
 
-def create_manager(directory: str | pathlib.Path, *, every_steps: int, keep: int) -> ocp.CheckpointManager:
+def create_manager(directory: str | epath.PathLike, *, every_steps: int, keep: int | None) -> ocp.CheckpointManager:
   return ocp.CheckpointManager(
-      pathlib.Path(directory).absolute(),
+      as_path(directory),
       options=ocp.CheckpointManagerOptions(save_interval_steps=every_steps, max_to_keep=keep, create=True),
       item_names=("state", "data"),
   )
@@ -82,3 +99,45 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any, data
   restored = manager.restore(step, args=ocp.args.Composite(**args))
   logging.info("Restored step %d from %s.", step, manager.directory)
   return restored["state"]
+
+
+class BestParams:
+  """The params of the best evaluation so far by one metric, kept by Orbax (`best_fn`, one checkpoint).
+
+  Evaluations are offered with their metrics; Orbax keeps the checkpoint whose `metric` is best
+  (`mode` 'max' or 'min') and deletes the others. A restarted run sees the earlier best.
+  """
+
+  def __init__(self, directory: str | epath.PathLike, metric: str, mode: str):
+    if mode not in ("max", "min"):
+      raise ValueError(f"config.eval.best_mode must be 'max' or 'min'; got {mode!r}.")
+    self.metric = metric
+    self.manager = ocp.CheckpointManager(
+        as_path(directory),
+        options=ocp.CheckpointManagerOptions(max_to_keep=1, best_fn=lambda metrics: metrics[metric],
+                                             best_mode=mode, create=True),
+        item_names=("params",))
+
+  def offer(self, step: int, params: Any, metrics: dict[str, float]) -> None:
+    """Saves `params` as step `step` with its metrics; Orbax keeps it only if it is the best."""
+    if self.metric not in metrics:
+      raise ValueError(f"config.eval.best_metric {self.metric!r} is not among the periodic evaluations' metrics: "
+                       f"{sorted(metrics)}.")
+    if step in self.manager.all_steps():  # Evaluated before a restart.
+      return
+    self.manager.save(step, args=ocp.args.Composite(params=ocp.args.StandardSave(params)), metrics=metrics,
+                      force=True)
+    self.manager.wait_until_finished()
+
+  def best_step(self) -> int | None:
+    return self.manager.best_step()
+
+  def restore(self, abstract_params: Any) -> Any:
+    step = self.manager.best_step()
+    params = self.manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(abstract_params)))
+    logging.info("Restored the best params (step %d, %s) from %s.", step, self.metric, self.manager.directory)
+    return params["params"]
+
+  def close(self) -> None:
+    self.manager.wait_until_finished()
+    self.manager.close()

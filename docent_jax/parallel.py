@@ -6,6 +6,7 @@ batches, which are always split over the data axis.
 """
 from collections.abc import Callable, Sequence
 import math
+import time
 from typing import Any
 
 from absl import logging
@@ -17,6 +18,8 @@ import numpy as np
 
 DATA_AXIS = "data"
 MODEL_AXIS = "model"
+# A `map_batches` call longer than this logs its progress this often.
+_PROGRESS_SECONDS = 30.0
 
 # Logical axis name -> mesh axes. Tables of entities and relations are split along their rows over
 # every device; BERT's feed-forward and attention projections are split over the model axis
@@ -125,18 +128,24 @@ def initialize_distributed(coordinator_address: str | None, num_processes: int |
 
 
 def map_batches(fn: Callable[[Any, jax.Array], jax.Array], params: Any, inputs: np.ndarray, *, batch_size: int,
-                mesh: Mesh) -> np.ndarray:
+                mesh: Mesh, what: str = "rows") -> np.ndarray:
   """`fn(params, batch)` over `inputs` in fixed-size batches split over the data axis; results on host.
 
   The last batch is padded (one compilation for all) and the padding's outputs are dropped. Every
-  process passes the whole of `inputs` and gets the whole result.
+  process passes the whole of `inputs` and gets the whole result. A long run logs its progress
+  every `_PROGRESS_SECONDS`, counting `what`.
   """
   padded, num_rows = pad_to_multiple(np.asarray(inputs), batch_size)
   sharding = batch_sharding(mesh)
   apply = jax.jit(fn, out_shardings=replicated(mesh))
   outputs = []
+  started = reported = time.time()
   for start in range(0, len(padded), batch_size):
     chunk = padded[start:start + batch_size]
     global_chunk = jax.make_array_from_callback(chunk.shape, sharding, lambda index, c=chunk: c[index])
     outputs.append(np.asarray(apply(params, global_chunk)))
+    if time.time() - reported > _PROGRESS_SECONDS:
+      reported = time.time()
+      done = min(start + batch_size, num_rows)
+      logging.info("%d / %d %s (%.0f / s).", done, num_rows, what, done / (reported - started))
   return np.concatenate(outputs)[:num_rows]

@@ -1,27 +1,31 @@
 """The training loop: nothing here is specific to a method; `config.objective` supplies the rest.
 
-`train_and_evaluate(config, workdir)` trains the configured model and each of `config.baselines`
-(the same config with a few values changed) in its own sub-directory, evaluates them and writes
-`WORKDIR/results.json`: flat `<model>/<split>/<metric>` -> number.
+`train_and_evaluate(config, workdir)` trains each run of the config in its own sub-directory: the
+main model, each of `config.baselines` (the same config with a few values changed), and each
+fine-tuning stage of `config.finetune`, which starts from the params of the model it fine-tunes
+(`model_init`). During training the evaluators of `config.evals` with `every_steps` report to
+TensorBoard and keep the best params (`eval.best_metric`); at the end every evaluator runs on the
+reported params (the best, else the last) and `WORKDIR/results.json` gets `<model>/<split>/<metric>`.
 """
 import json
-import pathlib
-import re
 import time
 from typing import Any
 
 from absl import logging
 from clu import metric_writers
-from clu import periodic_actions
+from etils import epath
 import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 
 from docent_jax import checkpoints
+from docent_jax import evaluators
 from docent_jax import objectives
+from docent_jax import optim
 from docent_jax import parallel
 
 RESULTS_FILE = "results.json"
@@ -32,47 +36,6 @@ class TrainState:
   step: jax.Array
   params: Any
   opt_state: Any
-
-
-def create_optimizer(config: ml_collections.ConfigDict, num_steps: int) -> optax.GradientTransformation:
-  """AdamW with linear warm-up then linear decay to zero, after global-norm gradient clipping.
-
-  Biases and LayerNorm parameters (all 1-D) are not decayed.
-  """
-  warmup = min(config.warmup_steps, num_steps)
-  schedule = optax.join_schedules(
-      [optax.linear_schedule(0.0, config.learning_rate, max(warmup, 1)),
-       optax.linear_schedule(config.learning_rate, 0.0, max(num_steps - warmup, 1))], [warmup])
-  decay_mask = lambda params: jax.tree.map(lambda p: p.ndim > 1, params)
-  return optax.chain(
-      optax.clip_by_global_norm(config.grad_clip_norm),
-      optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps, weight_decay=config.weight_decay,
-                   mask=decay_mask),
-      scale_by_path(config.lr_multipliers))
-
-
-def param_path(path: tuple[Any, ...]) -> str:
-  """'entities/embedding' for the tree path of params['entities']['embedding']."""
-  return "/".join(str(getattr(key, "key", getattr(key, "name", key))) for key in path)
-
-
-def scale_by_path(multipliers: Any) -> optax.GradientTransformation:
-  """Multiplies the updates of params whose path matches a regex: ((regex, multiplier), ...).
-
-  The first matching regex wins. A table whose rows are updated only when their entity is in the
-  batch (e.g. an entity table) typically needs a larger learning rate than the encoder.
-  """
-  patterns = [(re.compile(pattern), float(multiplier)) for pattern, multiplier in multipliers]
-
-  def factor(path: tuple[Any, ...]) -> float:
-    name = param_path(path)
-    return next((multiplier for pattern, multiplier in patterns if pattern.search(name)), 1.0)
-
-  def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
-    del params
-    return jax.tree_util.tree_map_with_path(lambda path, u: u * factor(path), updates), state
-
-  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
 def overwrite_params(params: Any, pretrained: dict[str, Any], path: str = "") -> Any:
@@ -94,15 +57,21 @@ def overwrite_params(params: Any, pretrained: dict[str, Any], path: str = "") ->
   return merged
 
 
-class Trainer:
-  """Builds the sharded state of one objective and runs its training steps."""
+def _duration(seconds: float) -> str:
+  seconds = int(round(seconds))
+  return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
-  def __init__(self, config: ml_collections.ConfigDict, workdir: str | pathlib.Path):
+
+class Trainer:
+  """Builds the sharded state of one run's objective, trains it, evaluates it."""
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str | epath.PathLike):
     self.config = config
-    self.workdir = pathlib.Path(workdir)
+    self.workdir = checkpoints.as_path(workdir)
     self.mesh = parallel.create_mesh(config.mesh)
     self.objective = objectives.get_objective(config.objective)(config, self.mesh)
-    self.optimizer = create_optimizer(config.optim, config.train.num_steps)
+    self.evals = evaluators.specs(config)
+    self.optimizer = optim.create_optimizer(config.optim, config.train.num_steps)
     self.rng = jax.random.key(config.seed)
     self.abstract_params = jax.eval_shape(self.objective.init_variables, self.rng)
     self.param_shardings = parallel.param_shardings(self.abstract_params, self.mesh,
@@ -124,7 +93,7 @@ class Trainer:
     return TrainState(step=step, params=params, opt_state=opt_state)
 
   def initial_state(self) -> TrainState:
-    """Fresh params (then the pretrained ones) and optimizer state, created directly on their shards."""
+    """Fresh params (then the pretrained or `model_init` ones) and optimizer state, created on their shards."""
     abstract = self.abstract_state()
     shardings = jax.tree.map(lambda x: x.sharding, abstract)
     init = jax.jit(lambda rng: nn.unbox(self.objective.init_variables(rng)), out_shardings=shardings.params)
@@ -149,11 +118,42 @@ class Trainer:
     return jax.jit(train_step, in_shardings=(state_shardings, batch_sharding),
                    out_shardings=(state_shardings, parallel.replicated(self.mesh)), donate_argnums=(0,))
 
-  def train(self) -> TrainState:
+  def _writer(self) -> metric_writers.MetricWriter:
+    return metric_writers.create_default_writer(self.workdir, just_logging=jax.process_index() > 0,
+                                                asynchronous=False)
+
+  def _best_params(self) -> checkpoints.BestParams | None:
+    metric = self.config.eval.get("best_metric", "")
+    if not metric:
+      return None
+    return checkpoints.BestParams(self.workdir / "best", metric, self.config.eval.get("best_mode", "max"))
+
+  def evaluate(self, params: Any, specs: list[evaluators.EvalSpec]) -> dict[str, dict[str, float]]:
+    """Per evaluator name, its `<split>/<metric>` numbers for `params`."""
+    return {spec.name: spec.run(self.objective, params) for spec in specs}
+
+  def _evaluate_periodic(self, step: int, state: TrainState, specs: list[evaluators.EvalSpec],
+                         writer: metric_writers.MetricWriter, best: checkpoints.BestParams | None) -> dict:
+    metrics = self.evaluate(state.params, specs)
+    flat = {k: v for m in metrics.values() for k, v in m.items()}
+    writer.write_scalars(step, flat)
+    logging.info("%s step %d: %s", self.config.name, step,
+                 ", ".join(f"{k}={v:.4g}" for k, v in sorted(flat.items()) if "num_" not in k))
+    if best is not None and best.metric in flat:
+      best.offer(step, state.params, flat)
+    return metrics
+
+  def train(self) -> tuple[Any, dict[str, dict[str, float]]]:
+    """Trains (or resumes) to `train.num_steps`.
+
+    Returns the params to report (the best by `eval.best_metric` when set, else the last) and the
+    evaluations already computed on them (at the last step), so that they are not computed twice.
+    """
     config = self.config
     checkpoints.guard_workdir_config(self.workdir, config)
     manager = checkpoints.create_manager(self.workdir / "checkpoints", every_steps=config.train.checkpoint_every_steps,
                                          keep=config.train.keep_checkpoints)
+    best = self._best_params()
     loader = self.objective.train_batches(config.seed)
     batches = iter(loader)
     latest = manager.latest_step()
@@ -163,37 +163,78 @@ class Trainer:
       state = checkpoints.restore(manager, latest, self.abstract_state(), batches)
     start = int(state.step)
     num_steps = config.train.num_steps
-    writer = metric_writers.create_default_writer(self.workdir, just_logging=jax.process_index() > 0)
+    writer = self._writer()
     if start == 0:
       writer.write_hparams({k: v for k, v in _flatten(config.to_dict()).items() if isinstance(v, (int, float, str))})
     train_step = self.compile_train_step(state)
-    progress = periodic_actions.ReportProgress(num_train_steps=num_steps, writer=writer,
-                                               every_steps=config.train.log_every_steps, every_secs=None)
-    logging.info("Training %s from step %d to %d on mesh %s.", config.name, start, num_steps, dict(self.mesh.shape))
-    step = start
+    periodic = [spec for spec in self.evals if spec.every_steps]
+    logging.info("%s: training from step %d to %d on mesh %s.", config.name, start, num_steps, dict(self.mesh.shape))
+    last_metrics, timer = {}, (time.time(), start)
     for step in range(start + 1, num_steps + 1):
       batch = parallel.global_batch(next(batches), self.mesh)
       state, metrics = train_step(state, batch)
-      progress(step)
-      if step % config.train.log_every_steps == 0 or step == num_steps:
-        writer.write_scalars(step, jax.device_get(metrics))
+      saving = manager.should_save(step) or step == num_steps
+      if step % config.train.log_every_steps == 0 or saving:
+        metrics = jax.device_get(metrics)
+        bad = sorted(k for k, v in metrics.items() if not np.all(np.isfinite(v)))
+        if bad:
+          raise FloatingPointError(f"{config.name} step {step}: non-finite {', '.join(bad)} "
+                                   f"({ {k: float(metrics[k]) for k in bad} }); stopped before saving this state.")
+        if step % config.train.log_every_steps == 0 or step == num_steps:
+          seconds = time.time() - timer[0]
+          metrics["steps_per_sec"] = (step - timer[1]) / max(seconds, 1e-9)
+          timer = (time.time(), step)
+          writer.write_scalars(step, metrics)
+          eta = (num_steps - step) / metrics["steps_per_sec"]
+          logging.info("%s step %d/%d: loss %.4f, %.2f steps/s, ETA %s", config.name, step, num_steps,
+                       float(metrics["loss"]), metrics["steps_per_sec"], _duration(eta))
       checkpoints.save(manager, step, state, batches, force=step == num_steps)
-    if start == num_steps == 0 and latest is None:
-      # Nothing to train (a baseline without pre-training): the initial state still serves --mode=evaluate.
+      due = [spec for spec in periodic if spec.due(step, num_steps)]
+      if due:
+        manager.wait_until_finished()
+        last_metrics = self._evaluate_periodic(step, state, due, writer, best)
+    if latest is None and num_steps == 0:
+      # Nothing to train: the initial state still serves --mode=evaluate and later stages.
       checkpoints.save(manager, 0, state, batches, force=True)
+    elif start == num_steps and periodic and best is not None and best.best_step() is None:
+      # Finished before its last evaluation (e.g. killed right after the last checkpoint).
+      last_metrics = self._evaluate_periodic(num_steps, state, periodic, writer, best)
     manager.wait_until_finished()
     manager.close()
     writer.flush()
-    return state
+    if best is None or best.best_step() is None:
+      if best is not None and num_steps > 0:
+        raise ValueError(f"config.eval.best_metric {best.metric!r}: no periodic evaluation reported it "
+                         f"(evals with every_steps > 0: {[s.name for s in periodic]}).")
+      return state.params, last_metrics
+    best_step = best.best_step()
+    logging.info("%s: best %s at step %d of %d.", config.name, best.metric, best_step, num_steps)
+    params = state.params if best_step == num_steps else best.restore(self.abstract_state().params)
+    best.close()
+    return params, (last_metrics if best_step == num_steps else {})
 
   def restore_params(self) -> Any:
-    """The params of the workdir's latest checkpoint, on this run's mesh."""
+    """The params to report from the workdir: the best checkpoint's when kept, else the latest one's."""
     checkpoints.guard_workdir_config(self.workdir, self.config)
+    best = self._best_params()
+    if best is not None and best.best_step() is not None:
+      params = best.restore(self.abstract_state().params)
+      best.close()
+      return params
     manager = checkpoints.create_manager(self.workdir / "checkpoints", every_steps=1, keep=None)
     latest = manager.latest_step()
     if latest is None:
       raise FileNotFoundError(f"No checkpoint in {self.workdir / 'checkpoints'} to evaluate.")
     return checkpoints.restore(manager, latest, self.abstract_state(), None).params
+
+  def report(self, params: Any, computed: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Every evaluator of the config on `params` (reusing `computed` ones): `<report_as>/<split>/<metric>`."""
+    metrics = {**computed, **self.evaluate(params, [spec for spec in self.evals if spec.name not in computed])}
+    writer = self._writer()
+    writer.write_scalars(self.config.train.num_steps,
+                         {f"final/{k}": v for m in metrics.values() for k, v in m.items()})
+    writer.flush()
+    return {f"{spec.report_as}/{key}": value for spec in self.evals for key, value in metrics[spec.name].items()}
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -206,61 +247,86 @@ def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
   return flat
 
 
+# Config blocks that a baseline or a fine-tuning stage gives whole: which evaluations and stages it has.
+_REPLACED_KEYS = ("evals", "finetune")
+
+
+def _with_overrides(config: ml_collections.ConfigDict, overrides: ml_collections.ConfigDict,
+                    name: str) -> ml_collections.ConfigDict:
+  """`config` with `overrides` applied; an override's `evals` or `finetune` replaces the config's (not merged)."""
+  derived = ml_collections.ConfigDict(config.to_dict())
+  overrides = overrides.to_dict()
+  for key in _REPLACED_KEYS:
+    if key in overrides:
+      derived[key] = ml_collections.ConfigDict()
+  derived.update(overrides)
+  derived.name = name
+  derived.baselines = {}
+  return derived
+
+
 def model_configs(config: ml_collections.ConfigDict) -> list[ml_collections.ConfigDict]:
-  """The main model's config, then one per baseline (the main config with the baseline's overrides)."""
-  configs = [config]
-  for name, overrides in config.get("baselines", {}).items():
-    baseline = ml_collections.ConfigDict(config.to_dict())
-    baseline.update(overrides.to_dict())
-    baseline.name = name
-    baseline.baselines = {}
-    configs.append(baseline)
-  return configs
+  """Every run of a config, each after the run it starts from: the main model, one per baseline (the main
+  config with the baseline's overrides), and after each of them its fine-tuning stages (`finetune`:
+  `<model>_<stage>`, starting from `<model>`'s params; `{model}` in a stage's `report_as` is `<model>`)."""
+  models = [config] + [_with_overrides(config, overrides, name)
+                       for name, overrides in config.get("baselines", {}).items()]
+  runs = []
+  for model in models:
+    runs.append(model)
+    for stage, overrides in model.get("finetune", {}).items():
+      run = _with_overrides(model, overrides, f"{model.name}_{stage}")
+      run.finetune = {}
+      run.model_init = model.name
+      for entry in run.get("evals", {}).values():
+        if entry.get("report_as"):
+          entry.report_as = entry.report_as.format(model=model.name)
+      runs.append(run)
+  return runs
 
 
-def model_results(name: str, metrics: dict[str, Any]) -> dict[str, float]:
-  """`<name>/<split>/<metric>` -> number. A nested dict `{suffix: metrics}` holds the metrics of model
-  `<name>_<suffix>`: several models evaluated from one training (SupCon's frozen- and trained-encoder
-  classifiers over one pre-trained encoder)."""
-  results = {}
-  for key, value in metrics.items():
-    if isinstance(value, dict):
-      results.update(model_results(f"{name}_{key}", value))
-    else:
-      results[f"{name}/{key}"] = float(value)
-  return results
-
-
-def _run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path, train: bool) -> dict[str, float]:
-  results = {}
-  for index, model_config in enumerate(model_configs(config)):
+def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, train: bool) -> dict[str, float]:
+  workdir = checkpoints.as_path(workdir)
+  results, reported = {}, {}
+  for index, run_config in enumerate(model_configs(config)):
     started = time.time()
-    trainer = Trainer(model_config, pathlib.Path(workdir) / model_config.name)
+    trainer = Trainer(run_config, workdir / run_config.name)
+    if run_config.get("model_init"):
+      trainer.objective.start_from(*_model_init(run_config.model_init, workdir, reported))
     if index == 0:
       results.update(trainer.objective.baselines())
-    params = trainer.train().params if train else trainer.restore_params()
-    metrics = trainer.objective.evaluate(params)
-    logging.info("%s: evaluated in %.0f s (with training if any): %s", model_config.name, time.time() - started,
-                 metrics)
-    results.update(model_results(model_config.name, metrics))
-  write_results(workdir, results)
+    params, computed = trainer.train() if train else (trainer.restore_params(), {})
+    reported[run_config.name] = (trainer.objective, params)
+    run_results = trainer.report(params, computed)
+    logging.info("%s: done in %s.", run_config.name, _duration(time.time() - started))
+    results.update(run_results)
+    write_results(workdir, results)
   return results
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dict[str, float]:
-  """Trains (or resumes) every model of the config, evaluates each and writes results.json."""
+def _model_init(model_init: str, workdir: epath.Path, reported: dict[str, tuple[Any, Any]]) -> tuple[Any, Any]:
+  """The objective and params of the model a run starts from: a run of this config, or any run's workdir."""
+  if model_init in reported:
+    return reported[model_init]
+  parent_dir = checkpoints.as_path(model_init)
+  parent = Trainer(checkpoints.recorded_config(parent_dir), parent_dir)
+  return parent.objective, parent.restore_params()
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike) -> dict[str, float]:
+  """Trains (or resumes) every run of the config, evaluates each and writes results.json."""
   return _run(config, workdir, train=True)
 
 
-def evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dict[str, float]:
-  """Recomputes the evaluation from the workdir's latest checkpoints, without training."""
+def evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike) -> dict[str, float]:
+  """Recomputes the evaluation from the workdir's checkpoints (the best params where kept), training nothing."""
   return _run(config, workdir, train=False)
 
 
-def write_results(workdir: str | pathlib.Path, results: dict[str, float]) -> None:
+def write_results(workdir: str | epath.PathLike, results: dict[str, float]) -> None:
   if jax.process_index() != 0:
     return
-  path = pathlib.Path(workdir) / RESULTS_FILE
+  path = checkpoints.as_path(workdir) / RESULTS_FILE
   path.parent.mkdir(parents=True, exist_ok=True)
   path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-  logging.info("Wrote %s:\n%s", path, json.dumps(results, indent=2, sort_keys=True))
+  logging.info("Wrote %s (%d results).", path, len(results))

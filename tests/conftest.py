@@ -1,4 +1,5 @@
-"""Test set-up: 8 forced host devices for sharding tests, and the real-data fixture."""
+"""Test set-up: 8 forced host devices for sharding tests, the real-data fixture, and a local gs:// bucket."""
+from collections.abc import Iterator
 import os
 import pathlib
 
@@ -6,6 +7,8 @@ import pathlib
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+from etils import epath
+from etils.epath import gpath
 import pytest
 
 import review_fixtures
@@ -31,3 +34,24 @@ def reviews_dir(tmp_path_factory) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def reviews_tfds_dir(tmp_path_factory) -> pathlib.Path:
   return tmp_path_factory.mktemp("reviews_tfds")
+
+
+@pytest.fixture
+def gcs_bucket(tmp_path, monkeypatch) -> Iterator[tuple[pathlib.Path, list[str]]]:
+  """gs://bucket served from a local directory: (that directory, the paths opened through epath so far).
+
+  epath's local backend stands in for every scheme; run from `tmp_path`, it reads 'gs://bucket/x' as
+  the relative path 'gs:/bucket/x'. A read that bypasses epath is missing from the list.
+  """
+  monkeypatch.setattr(gpath, "_is_tf_installed", lambda: False)  # Else gs:// paths go to TensorFlow's GCS client.
+  monkeypatch.chdir(tmp_path)
+  bucket = tmp_path / "gs:" / "bucket"
+  bucket.mkdir(parents=True)
+  opened = []
+
+  def record(open_file, path, mode):
+    opened.append(os.fspath(path))
+    return open_file(path, mode)
+
+  with epath.testing.mock_epath(open=record):
+    yield bucket, opened

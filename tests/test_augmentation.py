@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import wn
 
-from docent_jax.data import augmentation
+from docent_jax.data.offers import augmentation
 
 TEXT = ("[COL] title [VAL] Apple MacBook Pro 13-inch laptop, silver finish with retina display "
         "[COL] brand name [VAL] Apple Computer Inc [COL] price [VAL] 1299.00 dollars")

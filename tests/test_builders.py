@@ -9,10 +9,10 @@ import textwrap
 import numpy as np
 import pytest
 
-from docent_jax.data import kg_files
-from docent_jax.data import knowledge_graph
-from docent_jax.data.builders import kg_directory
-from docent_jax.data.builders import wordnet_kg
+from docent_jax.data.kg import builders as kg_builders
+from docent_jax.data.kg import files as kg_files
+from docent_jax.data.kg import graph as knowledge_graph
+from docent_jax.data.kg import wordnet_kg
 
 SPLITS = knowledge_graph.SPLITS
 
@@ -130,30 +130,51 @@ def test_wordnet_ids_texts_and_offset_collisions(wordnet_graph, shared_data_dir)
   assert sum(reference[e] == texts[e] for e in shared) / len(shared) > 0.55
 
 
-def test_generic_directory_builder(tmp_path, tfds_dir):
-  directory = tmp_path / "My KG"
-  directory.mkdir()
+def _write_fruit_kg(directory: pathlib.Path) -> pathlib.Path:
+  directory.mkdir(parents=True)
   (directory / "entity2text.txt").write_text("a\tapple\nb\tbanana\nc\tcherry\nd\tdate\n")
   (directory / "train.tsv").write_text("a\tlikes\tb\nb\tlikes\tc\n")
   (directory / "dev.tsv").write_text("c\tlikes\td\n")
   (directory / "test.tsv").write_text("d\thates\ta\n")
+  return directory
+
+
+def test_generic_directory_builder(tmp_path, tfds_dir):
+  directory = _write_fruit_kg(tmp_path / "My KG")
   kg = knowledge_graph.load_knowledge_graph(os.fspath(directory), data_dir=tfds_dir)
   assert kg.name.startswith("kg_directory/my_kg_")
   assert kg.entity_texts == ["apple", "banana", "cherry", "date"]
   assert _triple_ids(kg, "test") == [("d", "hates", "a")]
   assert kg.entity_split["validation"].tolist() == [3]  # d is first seen in dev; a transductive split.
-  first_name = kg_directory.directory_config(directory).name
+  first_name = kg_builders.directory_config(directory).name
   (directory / "test.tsv").write_text("d\thates\ta\nd\tlikes\ta\n")
-  assert kg_directory.directory_config(directory).name != first_name
+  assert kg_builders.directory_config(directory).name != first_name
   assert len(knowledge_graph.load_knowledge_graph(os.fspath(directory), data_dir=tfds_dir).triples["test"]) == 2
 
 
+def test_gs_source_directories(gcs_bucket, tmp_path):
+  bucket, opened = gcs_bucket
+  _write_fruit_kg(bucket / "My KG")
+  kg = knowledge_graph.load_knowledge_graph("gs://bucket/My KG", data_dir=tmp_path / "tfds")
+  assert kg.name.startswith("kg_directory/my_kg_")
+  assert kg.entity_texts == ["apple", "banana", "cherry", "date"]
+  assert "gs://bucket/My KG/train.tsv" in opened
+  first_name = kg_builders.directory_config("gs://bucket/My KG").name
+  (bucket / "My KG" / "test.tsv").write_text("d\thates\ta\nd\tlikes\ta\n")
+  assert kg_builders.directory_config("gs://bucket/My KG").name != first_name
+  # A registered builder with its manual directory on gs://.
+  opened.clear()
+  wn18rr = knowledge_graph.load_knowledge_graph("wn18rr", data_dir=tmp_path / "tfds", manual_dir="gs://bucket/My KG")
+  assert wn18rr.name == "wn18rr/full" and len(wn18rr.triples["test"]) == 2
+  assert "gs://bucket/My KG/entity2text.txt" in opened
+
+
 def test_config_names():
-  assert kg_directory.parse_config_name("subgraph_3000") == (3000, 0)
-  assert kg_directory.parse_config_name("full_seed4") == (None, 4)
-  assert kg_directory.config_name(500, 2) == "subgraph_500_seed2"
+  assert kg_builders.parse_config_name("subgraph_3000") == (3000, 0)
+  assert kg_builders.parse_config_name("full_seed4") == (None, 4)
+  assert kg_builders.config_name(500, 2) == "subgraph_500_seed2"
   with pytest.raises(ValueError, match="not 'full' or 'subgraph_<N>'"):
-    kg_directory.parse_config_name("subgraph")
+    kg_builders.parse_config_name("subgraph")
   with pytest.raises(ValueError, match="Unknown knowledge graph"):
     knowledge_graph.make_builder("no_such_graph")
 
@@ -176,7 +197,7 @@ def test_builds_and_reads_without_tensorflow(tmp_path):
           return importlib.machinery.PathFinder.find_spec(name, path, target)
 
       sys.meta_path[:] = [HideTensorflow() if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
-      from docent_jax.data import knowledge_graph
+      from docent_jax.data.kg import graph as knowledge_graph
       kg = knowledge_graph.load_knowledge_graph({os.fspath(directory)!r}, data_dir={os.fspath(tmp_path / "tfds")!r})
       assert kg.triples["test"].tolist() == [[2, 0, 0]], kg.triples
       assert kg.triple_sources["train"][0]["head"] == 0

@@ -9,7 +9,7 @@ from docent_jax import train
 
 
 def test_unknown_objective_lists_valid_ones():
-  with pytest.raises(ValueError, match="valid objectives: \\[.blp., .cross_encoder., .docent_dual., .docent_full., .docent_hybrid., .supcon.\\]"):
+  with pytest.raises(ValueError, match="valid objectives: \\[.blp., .cross_encoder., .docent_dual., .docent_full., .docent_hybrid., .pair_matching., .supcon.\\]"):
     objectives.get_objective("relic")
 
 
@@ -41,8 +41,21 @@ def test_supcon_runs_the_mixed_sampling_ablation_only_on_several_sources():
   assert {"self_supervised", "cross_encoder"} <= set(supcon.get_config("wdc_computers_small").baselines)
 
 
-def test_supcon_cross_encoder_budget_follows_overrides_of_both_step_counts():
+def test_supcon_cross_encoder_budget_follows_the_pre_training_steps():
   config = supcon.get_config("abt_buy")
-  config.train.num_steps, config.classifier.trained_max_steps = 30, 7
-  cross_encoder = {c.name: c for c in train.model_configs(config)}["cross_encoder"]
-  assert (cross_encoder.train.num_steps, cross_encoder.classifier.trained_max_steps) == (0, 37)
+  config.train.num_steps = 30
+  runs = {c.name: c for c in train.model_configs(config)}
+  assert runs["cross_encoder"].train.num_steps == 30 + supcon.FINETUNE_STEPS
+  assert runs["supcon_trained"].train.num_steps == supcon.FINETUNE_STEPS
+
+
+def test_supcon_runs_each_fine_tuning_after_the_model_it_starts_from():
+  runs = train.model_configs(supcon.get_config("abt_buy"))
+  assert [(c.name, c.objective, c.get("model_init", "")) for c in runs] == [
+      ("supcon", "supcon", ""), ("supcon_trained", "pair_matching", "supcon"), ("cross_encoder", "cross_encoder", ""),
+      ("self_supervised", "supcon", ""), ("supcon_mixed", "supcon", "")]
+  by_name = {c.name: c for c in runs}
+  # A stage's evaluations replace its model's: the fine-tuned classifier is scored, not probed again.
+  assert set(by_name["supcon_trained"].evals) == {"validation", "test"}
+  assert by_name["supcon"].evals.frozen.report_as == "supcon_frozen"
+  assert "report_as" not in by_name["self_supervised"].evals.frozen

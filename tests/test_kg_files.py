@@ -5,7 +5,9 @@ import pathlib
 
 import pytest
 
-from docent_jax.data import kg_files
+from docent_jax.data import io
+from docent_jax.data.kg import files as kg_files
+import io_fixtures
 
 
 def _write(directory: pathlib.Path, name: str, text: str | bytes) -> None:
@@ -44,6 +46,25 @@ def test_small_graph_rebuilds_inductive_split(tmp_path):
   assert graph.entity_labels["e4"] == "B"
 
 
+@pytest.mark.parametrize("line_end", ["\r\n", "\r"])
+def test_byte_order_marks_and_line_ends_do_not_change_the_graph(tmp_path, line_end):
+  plain = _small_kg(tmp_path / "plain", **{
+      "train.tsv": None, "train.tsv.gz": "e1\tr1\te2\ne2\tr2\te3\ne3\tr1\te4\n", "entities.txt": "e1\ne2\ne3\ne4\ne5\n",
+      "relation2text.txt": "r1\trelation one\nr2\trelation two\n"})
+  resaved = io_fixtures.resaved_copy(plain, tmp_path / "resaved", line_end)
+  assert kg_files.read_kg_directory(resaved) == kg_files.read_kg_directory(plain)
+
+
+def test_reads_a_gs_directory(gcs_bucket):
+  bucket, opened = gcs_bucket
+  names = {"train.tsv.gz", "dev.tsv", "test.tsv", "entity2text.txt", "relations.txt", "train-ents-class.txt",
+           "dev-ents-class.txt", "test-ents-class.txt"}
+  _small_kg(bucket / "kg", **{"train.tsv": None, "train.tsv.gz": "e1\tr1\te2\ne2\tr2\te3\ne3\tr1\te4\n"})
+  graph = kg_files.read_kg_directory("gs://bucket/kg")
+  assert sorted(opened) == sorted(f"gs://bucket/kg/{name}" for name in names)
+  assert graph == kg_files.read_kg_directory(bucket / "kg")
+
+
 def test_crlf_gzip_and_missing_final_newline(tmp_path):
   graph = kg_files.read_kg_directory(_small_kg(
       tmp_path, **{"train.tsv": None, "train.tsv.gz": "e1\tr1\te2\r\ne2\tr2\te3\r\ne3\tr1\te4",
@@ -61,7 +82,7 @@ def test_crlf_gzip_and_missing_final_newline(tmp_path):
     ("entity2text.txt", "e1\tone\ne2 two\n", r"entity2text.txt:2: expected 2 tab-separated fields, found 1"),
 ])
 def test_bad_input_names_file_and_line(tmp_path, name, text, message):
-  with pytest.raises(kg_files.KgFormatError, match=message):
+  with pytest.raises(io.DataFormatError, match=message):
     kg_files.read_kg_directory(_small_kg(tmp_path, **{name: text}))
 
 
@@ -71,7 +92,7 @@ def test_missing_description_is_counted_skip_or_error(tmp_path):
   assert graph.skipped_triples == 1  # The test triple (e5, r2, e4).
   assert graph.triples["test"] == []
   assert "e5" not in graph.entity_ids
-  with pytest.raises(kg_files.KgFormatError, match=r"1 test triples have an entity without description"):
+  with pytest.raises(io.DataFormatError, match=r"1 test triples have an entity without description"):
     kg_files.read_kg_directory(directory, on_missing_text="error")
 
 
@@ -93,7 +114,7 @@ def test_entity_text_file_preference(tmp_path):
 def test_non_inductive_ind_files_are_rejected(tmp_path):
   directory = _small_kg(tmp_path, **{"ind-train.tsv": "e1\tr1\te4\n", "ind-dev.tsv": "e4\tr1\te1\n",
                                      "ind-test.tsv": "e5\tr2\te4\n"})
-  with pytest.raises(kg_files.KgFormatError, match="not inductive"):
+  with pytest.raises(io.DataFormatError, match="not inductive"):
     kg_files.read_kg_directory(directory)
 
 

@@ -49,6 +49,16 @@ def test_load_query_set_errors_name_file_and_line(tmp_path, lines, message):
   assert str(path) in str(error.value)
 
 
+@pytest.mark.parametrize("line_end", ["\r\n", "\r"])
+def test_byte_order_mark_and_line_ends(tmp_path, line_end):
+  lines = [json.dumps({"query": "heist", "relevant": ["30", 10]}), "", json.dumps({"query": "noir", "relevant": [40]})]
+  path = tmp_path / "queries.jsonl"
+  path.write_bytes(("\ufeff" + line_end.join(lines) + line_end).encode("utf-8"))
+  query_set = movie_search.load_query_set(path, ENTITY_IDS)
+  assert query_set.queries == ["heist", "noir"]
+  assert [r.tolist() for r in query_set.relevant] == [[0, 2], [3]]
+
+
 def test_tag_query_set():
   votes = np.array([[2, 0, 1], [1, 1, 0], [3, 0, 0]])
   query_set = movie_search.tag_query_set(["funny", "dark", "slow"], votes, [0, 2], min_votes=1)

@@ -1,15 +1,18 @@
 """Tests of the offer TFDS builders, `load_offer_corpus`, and the [COL] / [VAL] tokens of the pretrained model."""
 import pathlib
 
+from etils import epath
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from docent_jax.data import offer_corpus
-from docent_jax.data import offer_files
+from docent_jax.data import io
 from docent_jax.data import tokenization
+from docent_jax.data.offers import builders as offer_builders
+from docent_jax.data.offers import corpus as offer_corpus
+from docent_jax.data.offers import files as offer_files
 from docent_jax.models import bert
 from docent_jax.models import pretrained
 import test_offer_files
@@ -68,7 +71,7 @@ def test_wdc_computers_needs_the_files_of_its_config(tfds_dir, shared_data_dir):
     offer_corpus.load_offer_corpus("wdc_computers/large", data_dir=tfds_dir,
                                    manual_dir=shared_data_dir / "wdc_computers")
   # Ditto's pair files hold titles only.
-  with pytest.raises(offer_files.OfferFormatError, match=r"train.txt.small:1: left offer lacks attributes \['brand'"):
+  with pytest.raises(io.DataFormatError, match=r"train.txt.small:1: left offer lacks attributes \['brand'"):
     offer_corpus.load_offer_corpus("wdc_computers/small_all", data_dir=tfds_dir,
                                    manual_dir=shared_data_dir / "wdc_computers")
 
@@ -90,6 +93,15 @@ def test_a_deepmatcher_directory_needs_only_its_path(tfds_dir, tmp_path):
   other = offer_corpus.load_offer_corpus(str(second), data_dir=tfds_dir)
   assert other.num_offers == corpus.num_offers + 1 and other.name != corpus.name
   _check_against(other, offer_files.read_deepmatcher(offer_files.deepmatcher_paths(second)))
+
+
+def test_downloaded_archive_is_searched_for_its_file(tmp_path):
+  (tmp_path / "computers_train" / "nested").mkdir(parents=True)
+  (tmp_path / "computers_train" / "nested" / "train.json.gz").write_bytes(b"")
+  find_in = offer_builders._find_in  # pylint: disable=protected-access
+  assert find_in(epath.Path(tmp_path), "train.json.gz") == epath.Path(tmp_path / "computers_train/nested/train.json.gz")
+  with pytest.raises(FileNotFoundError, match="holds no valid.csv"):
+    find_in(epath.Path(tmp_path), "valid.csv")
 
 
 def test_unknown_datasets_and_configs_are_named(tfds_dir):

@@ -3,9 +3,12 @@ import gzip
 import json
 import pathlib
 
+from etils import epath
 import pytest
 
-from docent_jax.data import offer_files
+from docent_jax.data import io
+from docent_jax.data.offers import files as offer_files
+import io_fixtures
 
 SPLITS = offer_files.PAIR_SPLITS
 BOM = "\ufeff"
@@ -75,7 +78,7 @@ def test_deepmatcher_attribute_selection_and_word_caps(tmp_path):
   paths = offer_files.deepmatcher_paths(write_deepmatcher(tmp_path))
   dataset = offer_files.read_deepmatcher(paths, ("description", "name"), {"description": 1})
   assert dataset.offer_texts[0] == "[COL] description [VAL] big [COL] name [VAL] sony tv 55"
-  with pytest.raises(offer_files.OfferFormatError, match=r"tableA.csv:1: .*lacks attribute columns \['brand'\]"):
+  with pytest.raises(io.DataFormatError, match=r"tableA.csv:1: .*lacks attribute columns \['brand'\]"):
     offer_files.read_deepmatcher(paths, ("brand",))
 
 
@@ -94,14 +97,14 @@ def test_deepmatcher_attribute_selection_and_word_caps(tmp_path):
 def test_deepmatcher_bad_input_names_file_and_line(tmp_path, name, content, message):
   write_deepmatcher(tmp_path)
   (tmp_path / name).write_text(content, encoding="utf-8")
-  with pytest.raises(offer_files.OfferFormatError, match=message):
+  with pytest.raises(io.DataFormatError, match=message):
     offer_files.read_deepmatcher(offer_files.deepmatcher_paths(tmp_path))
 
 
 def test_deepmatcher_non_utf8_bytes_name_file_and_line(tmp_path):
   write_deepmatcher(tmp_path)
   (tmp_path / "test.csv").write_bytes(b"ltable_id,rtable_id,label\n2,10,0\n0,11,\xff\n")
-  with pytest.raises(offer_files.OfferFormatError, match=r"test.csv:3: bytes that are not valid UTF-8"):
+  with pytest.raises(io.DataFormatError, match=r"test.csv:3: bytes that are not valid UTF-8"):
     offer_files.read_deepmatcher(offer_files.deepmatcher_paths(tmp_path))
 
 
@@ -169,17 +172,17 @@ def test_wdc_pair_files_with_several_attributes(tmp_path):
 def test_wdc_pair_files_bad_input_names_file_and_line(tmp_path, split, line, message):
   lines = {s: list(v) for s, v in PAIR_LINES.items()}
   lines[split].append(line)
-  with pytest.raises(offer_files.OfferFormatError, match=message):
+  with pytest.raises(io.DataFormatError, match=message):
     offer_files.read_wdc_pair_files(_write_pair_files(tmp_path, lines), attributes=("title",))
 
 
 def test_wdc_pair_files_without_positives_or_utf8(tmp_path):
   lines = {**PAIR_LINES, "train": [line[:-1] + "0" for line in PAIR_LINES["train"]]}
-  with pytest.raises(offer_files.OfferFormatError, match=r"train.txt.small:1-2: none of the 2 training pairs"):
+  with pytest.raises(io.DataFormatError, match=r"train.txt.small:1-2: none of the 2 training pairs"):
     offer_files.read_wdc_pair_files(_write_pair_files(tmp_path, lines))
   paths = _write_pair_files(tmp_path)
   paths["test"].write_bytes(b"COL title VAL a\tCOL title VAL b\t0\nCOL title VAL \xe9\tCOL title VAL b\t0\n")
-  with pytest.raises(offer_files.OfferFormatError, match=r"test.txt:2: bytes that are not valid UTF-8"):
+  with pytest.raises(io.DataFormatError, match=r"test.txt:2: bytes that are not valid UTF-8"):
     offer_files.read_wdc_pair_files(paths)
 
 
@@ -248,7 +251,7 @@ def test_wdc_json_bad_input_names_file_and_line(tmp_path, change, message):
   if "train_record" in change or "train_line" in change:
     line = change.get("train_line") or json.dumps(change["train_record"])
     paths["train"].write_bytes(gzip.compress(gzip.decompress(paths["train"].read_bytes()) + line.encode() + b"\n"))
-  with pytest.raises(offer_files.OfferFormatError, match=message):
+  with pytest.raises(io.DataFormatError, match=message):
     offer_files.read_wdc_json(paths["train"], paths["validation"], paths["test"])
 
 
@@ -256,6 +259,43 @@ def test_wdc_json_rejects_unknown_attributes(tmp_path):
   paths = write_wdc_json(tmp_path)
   with pytest.raises(ValueError, match="subset of"):
     offer_files.read_wdc_json(paths["train"], paths["validation"], paths["test"], ("price",))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Every format.
+
+
+def _read_every_format(directory: pathlib.Path) -> tuple[offer_files.OfferDataset, ...]:
+  wdc_json = {"train": "computers_train_small.json.gz", "validation": "computers_valid_small.csv",
+              "test": "computers_gs.json.gz"}
+  pair_files = {"train": "train.txt.small", "validation": "valid.txt.small", "test": "test.txt"}
+  return (offer_files.read_deepmatcher(offer_files.deepmatcher_paths(directory / "deepmatcher")),
+          offer_files.read_wdc_pair_files({split: directory / "pairs" / name for split, name in pair_files.items()}),
+          offer_files.read_wdc_json(*(directory / "json" / wdc_json[split] for split in SPLITS)))
+
+
+@pytest.mark.parametrize("line_end", ["\r\n", "\r"])
+def test_byte_order_marks_and_line_ends_do_not_change_the_offers(tmp_path, line_end):
+  plain = tmp_path / "plain"
+  write_deepmatcher(plain / "deepmatcher")
+  (plain / "pairs").mkdir()
+  _write_pair_files(plain / "pairs")
+  (plain / "json").mkdir()
+  write_wdc_json(plain / "json")
+  resaved = io_fixtures.resaved_copy(plain, tmp_path / "resaved", line_end)
+  assert _read_every_format(resaved) == _read_every_format(plain)
+
+
+def test_reads_gs_files(gcs_bucket):
+  bucket, opened = gcs_bucket
+  write_deepmatcher(bucket / "deepmatcher")
+  (bucket / "pairs").mkdir()
+  _write_pair_files(bucket / "pairs")
+  (bucket / "json").mkdir()
+  write_wdc_json(bucket / "json")
+  assert _read_every_format(epath.Path("gs://bucket")) == _read_every_format(bucket)
+  assert {"gs://bucket/deepmatcher/tableA.csv", "gs://bucket/pairs/test.txt",
+          "gs://bucket/json/computers_gs.json.gz"} <= set(opened)
 
 
 # ---------------------------------------------------------------------------------------------------

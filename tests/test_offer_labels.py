@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from docent_jax.data import offer_labels
+from docent_jax.data.offers import labels as offer_labels
 
 
 def _same_label(labels):

@@ -8,9 +8,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from docent_jax.data import offer_labels
-from docent_jax.data import offer_sampling
 from docent_jax.data import tokenization
+from docent_jax.data.offers import labels as offer_labels
+from docent_jax.data.offers import sampling as offer_sampling
 from docent_jax.models import pretrained
 
 MAX_LEN = 24

@@ -2,7 +2,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from docent_jax import train
+from docent_jax import optim
 
 
 def _optim_config(**overrides):
@@ -14,7 +14,7 @@ def _optim_config(**overrides):
 
 def test_schedule_warms_up_linearly_then_decays_to_zero():
   params = {"w": jnp.ones((2, 2))}
-  optimizer = train.create_optimizer(_optim_config(), num_steps=6)
+  optimizer = optim.create_optimizer(_optim_config(), num_steps=6)
   state = optimizer.init(params)
   sizes = []
   for _ in range(6):
@@ -27,7 +27,7 @@ def test_schedule_warms_up_linearly_then_decays_to_zero():
 def test_lr_multipliers_scale_matching_params_only():
   params = {"entities": {"embedding": jnp.ones((3, 2))}, "bert": {"kernel": jnp.ones((3, 2))}}
   grads = {"entities": {"embedding": jnp.ones((3, 2))}, "bert": {"kernel": jnp.ones((3, 2))}}
-  optimizer = train.create_optimizer(_optim_config(warmup_steps=0, lr_multipliers=(("^entities/", 10.0),)),
+  optimizer = optim.create_optimizer(_optim_config(warmup_steps=0, lr_multipliers=(("^entities/", 10.0),)),
                                      num_steps=10)
   updates, _ = optimizer.update(grads, optimizer.init(params), params)
   ratio = updates["entities"]["embedding"] / updates["bert"]["kernel"]

@@ -9,9 +9,9 @@ import orbax.checkpoint as ocp
 import pytest
 from transformers import AutoTokenizer
 
-from docent_jax.data import knowledge_graph
 from docent_jax.data import pipeline
 from docent_jax.data import tokenization
+from docent_jax.data.kg import graph as knowledge_graph
 
 MAX_LEN = 16
 

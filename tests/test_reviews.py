@@ -13,11 +13,13 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from docent_jax.data import review_corpus
-from docent_jax.data import review_files
-from docent_jax.data import review_pipeline
+from docent_jax.data import io
 from docent_jax.data import tokenization
-from docent_jax.data.builders import reviews
+from docent_jax.data.reviews import builders as review_builders
+from docent_jax.data.reviews import corpus as review_corpus
+from docent_jax.data.reviews import files as review_files
+from docent_jax.data.reviews import pipeline as review_pipeline
+import io_fixtures
 
 MAX_LEN = 24
 # One real build shared by all real-data tests, without the review filters, so that the counts can be
@@ -187,12 +189,12 @@ def test_review_cap_is_seeded_sample():
 
 def test_config_names_round_trip():
   options = review_files.PreprocessOptions(min_reviews=1, max_reviews_per_entity=20, remove_titles=False, seed=3)
-  name = reviews.config_name(options)
+  name = review_builders.config_name(options)
   assert name == "minreviews1_cap20_seed3_keeptitles"
-  assert reviews.parse_config_name(name) == options
-  assert reviews.config_name(review_files.PreprocessOptions()) == "default"
+  assert review_builders.parse_config_name(name) == options
+  assert review_builders.config_name(review_files.PreprocessOptions()) == "default"
   with pytest.raises(ValueError, match="unknown part 'bogus'"):
-    reviews.parse_config_name("minreviews1_bogus")
+    review_builders.parse_config_name("minreviews1_bogus")
   with pytest.raises(ValueError, match="Unknown review dataset"):
     review_corpus.make_builder("no_such_reviews")
 
@@ -333,9 +335,34 @@ def test_imdb_builder_on_a_small_manual_dir(tmp_path):
 def test_imdb_bad_input_names_file_and_line(tmp_path, relative, content, message):
   directory = _aclimdb_dir(tmp_path)
   _write(directory / relative, content)
-  with pytest.raises(review_files.ReviewFormatError, match=message):
+  with pytest.raises(io.DataFormatError, match=message):
     review_files.read_aclimdb(directory / "imdb_reviews" / "aclImdb",
                               directory / "movielens" / "ml-latest-small")
+
+
+def _read_aclimdb(directory: pathlib.Path) -> review_files.RawReviews:
+  return review_files.read_aclimdb(directory / "imdb_reviews" / "aclImdb", directory / "movielens" / "ml-latest-small")
+
+
+@pytest.mark.parametrize("line_end", ["\r\n", "\r"])
+@pytest.mark.parametrize("write, read", [
+    (_review_tsv_dir, review_files.read_review_tsv),
+    (_reviews2movielens_dir, review_files.read_reviews2movielens),
+    (_aclimdb_dir, _read_aclimdb),
+])
+def test_byte_order_marks_and_line_ends_do_not_change_the_reviews(tmp_path, write, read, line_end):
+  plain = write(tmp_path / "plain")
+  assert read(io_fixtures.resaved_copy(plain, tmp_path / "resaved", line_end)) == read(plain)
+
+
+def test_reads_gs_directories(gcs_bucket):
+  bucket, opened = gcs_bucket
+  _reviews2movielens_dir(bucket)
+  assert review_files.read_reviews2movielens("gs://bucket/r2m") == review_files.read_reviews2movielens(bucket / "r2m")
+  assert "gs://bucket/r2m/Movies_and_TV.json.gz" in opened and "gs://bucket/r2m/movielens/tags.csv" in opened
+  _review_tsv_dir(bucket)
+  assert review_files.read_review_tsv("gs://bucket/My Reviews") == review_files.read_review_tsv(bucket / "My Reviews")
+  assert "gs://bucket/My Reviews/genres.tsv" in opened
 
 
 @pytest.mark.parametrize("name, content, message", [
@@ -351,17 +378,17 @@ def test_imdb_bad_input_names_file_and_line(tmp_path, relative, content, message
 def test_review_tsv_bad_input_names_file_and_line(tmp_path, name, content, message):
   directory = _review_tsv_dir(tmp_path)
   _write(directory / name, content)
-  with pytest.raises(review_files.ReviewFormatError, match=message):
+  with pytest.raises(io.DataFormatError, match=message):
     review_files.read_review_tsv(directory)
 
 
 def test_reviews2movielens_bad_json_names_file_and_line(tmp_path):
   directory = _reviews2movielens_dir(tmp_path)
   _write(directory / "extra.json", '{"asin": "B001", "reviewText": "fine"}\n{"asin": \n')
-  with pytest.raises(review_files.ReviewFormatError, match=r"extra.json:2: not a JSON object"):
+  with pytest.raises(io.DataFormatError, match=r"extra.json:2: not a JSON object"):
     review_files.read_reviews2movielens(directory)
   _write(directory / "extra.json", '{"asin": 5}\n')
-  with pytest.raises(review_files.ReviewFormatError, match=r"extra.json:1: expected a JSON object"):
+  with pytest.raises(io.DataFormatError, match=r"extra.json:1: expected a JSON object"):
     review_files.read_reviews2movielens(directory)
 
 

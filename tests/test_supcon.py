@@ -7,7 +7,7 @@ import pytest
 
 from configs import supcon as supcon_config
 from docent_jax import train
-from docent_jax.data import offer_corpus
+from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.objectives import supcon
 
 NUM_PRODUCTS = 12
@@ -47,12 +47,12 @@ def tiny_config(data_dir: pathlib.Path, tfds_dir: pathlib.Path):
   config.train.num_steps = 6
   config.train.log_every_steps = 3
   config.train.checkpoint_every_steps = 3
-  config.classifier.batch_size = 8
-  config.classifier.max_epochs = 4
-  config.classifier.patience = 4  # = max_epochs: the step budgets below are reached.
-  config.classifier.trained_max_steps = 5
-  config.classifier.cross_encoder_max_len = 24
   config.eval.batch_size = 8
+  fine_tuning = dict(train=dict(num_steps=5, global_batch_size=8, log_every_steps=1, checkpoint_every_steps=2),
+                     evals=dict(validation=dict(every_steps=2)))
+  config.finetune.trained.update(fine_tuning)
+  config.baselines.cross_encoder.update(fine_tuning)
+  config.baselines.cross_encoder.update(dict(train=dict(num_steps=6 + 5), data=dict(max_len=24)))
   return config
 
 
@@ -76,27 +76,47 @@ def test_pretraining_labels_come_from_the_training_matches(products_dir, tmp_pat
     supcon.offer_labels_of(corpus, "weak", fraction=1.0, seed=0)
 
 
-@pytest.mark.parametrize("from_frozen_head", [True, False])
-def test_trained_encoder_starts_from_the_frozen_fit_when_configured(products_dir, tmp_path, from_frozen_head):
+@pytest.mark.parametrize("head_init", ["probe", "fresh"])
+def test_trained_encoder_starts_from_the_frozen_encoders_probe_when_configured(products_dir, tmp_path, head_init):
   config = tiny_config(products_dir, tmp_path / "tfds")
-  config.classifier.trained_learning_rate = 0.0  # Fine-tuning changes nothing: it scores its starting point.
-  config.classifier.trained_max_steps = 1
-  config.classifier.trained_from_frozen_head = from_frozen_head
-  trainer = train.Trainer(config, tmp_path / "run")
-  results = trainer.objective.evaluate(trainer.initial_state().params)
-  same = results["trained"]["test/loss"] == pytest.approx(results["frozen"]["test/loss"], rel=1e-5)
-  assert same == from_frozen_head
+  config.baselines = {}
+  config.model.head_init = head_init
+  config.finetune.trained.optim.learning_rate = 0.0  # Fine-tuning changes nothing: it scores its starting point.
+  results = train.train_and_evaluate(config, tmp_path / "run")
+  same = results["supcon_trained/test/loss"] == pytest.approx(results["supcon_frozen/test/loss"], rel=1e-4)
+  assert same == (head_init == "probe")
 
 
 def test_every_model_of_the_config_trains_and_reports(products_dir, tmp_path):
   config = tiny_config(products_dir, tmp_path / "tfds")
-  results = train.train_and_evaluate(config, tmp_path / "run")
-  assert json.loads((tmp_path / "run" / train.RESULTS_FILE).read_text()) == pytest.approx(results)
+  workdir = tmp_path / "run"
+  results = train.train_and_evaluate(config, workdir)
+  assert json.loads((workdir / train.RESULTS_FILE).read_text()) == pytest.approx(results)
   for model in ("supcon_frozen", "supcon_trained", "self_supervised", "supcon_mixed", "cross_encoder"):
-    for metric in ("precision", "recall", "f1"):
-      assert 0.0 <= results[f"{model}/test/{metric}"] <= 1.0, (model, metric)
-    assert results[f"{model}/fit/steps_run"] >= 1
-  # The cross-encoder gets the pre-training's 6 steps plus the trained encoder's 5; the frozen one is not bounded.
-  assert results["supcon_trained/fit/steps_run"] == 5
-  assert results["cross_encoder/fit/steps_run"] == 6 + 5
-  assert results["supcon_frozen/fit/steps_run"] > 5
+    for split in ("validation", "test"):
+      for metric in ("precision", "recall", "f1"):
+        assert 0.0 <= results[f"{model}/{split}/{metric}"] <= 1.0, (model, split, metric)
+  # Every run that trains has its checkpoints and TensorBoard scalars; fine-tuning runs keep their best params.
+  # The cross-encoder gets the pre-training's 6 steps plus the fine-tuning's 5.
+  steps = {"supcon": 6, "self_supervised": 6, "supcon_mixed": 6, "supcon_trained": 5, "cross_encoder": 11}
+  for run, num_steps in steps.items():
+    assert (workdir / run / "checkpoints" / str(num_steps)).is_dir(), run
+    assert list((workdir / run).glob("events.out.tfevents.*")), run
+  for run in ("supcon_trained", "cross_encoder"):
+    assert len(list((workdir / run / "best").iterdir())) == 1, run
+
+
+def test_evaluate_mode_restores_every_run_and_trains_nothing(products_dir, tmp_path, monkeypatch):
+  config = tiny_config(products_dir, tmp_path / "tfds")
+  config.baselines = {}
+  workdir = tmp_path / "run"
+  results = train.train_and_evaluate(config, workdir)
+  snapshot = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*") if "checkpoints" in p.parts)
+
+  def no_training(*args, **kwargs):
+    raise AssertionError("--mode=evaluate took an optimizer step")
+
+  monkeypatch.setattr(train.Trainer, "compile_train_step", no_training)
+  (workdir / train.RESULTS_FILE).unlink()
+  assert train.evaluate(config, workdir) == pytest.approx(results, rel=1e-5)
+  assert sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*") if "checkpoints" in p.parts) == snapshot

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from docent_jax.data import review_files
+from docent_jax.data.reviews import files as review_files
 from docent_jax.evaluation import tag_prediction
 
 # Movie 0: positives (>= 2 votes) tags 0 and 3, ranked 1st and 3rd. Movie 1: positive tag 1, ranked

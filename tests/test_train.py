@@ -13,6 +13,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from docent_jax import checkpoints
+from docent_jax import evaluators
 from docent_jax import parallel
 from docent_jax import train
 import kg_fixtures
@@ -68,11 +69,11 @@ def test_a_model_without_training_steps_keeps_its_initial_state(kg_dir, tfds_dir
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   config.train.num_steps = 0
   trainer = train.Trainer(config, tmp_path)
-  initial = jax.device_get(trainer.train().params)
+  initial = jax.device_get(trainer.train()[0])
   assert (tmp_path / "checkpoints" / "0").is_dir()
   _assert_trees_close(train.Trainer(config, tmp_path).restore_params(), initial, atol=0)
   # A rerun (e.g. after a later model of the config failed) finds the step-0 checkpoint and keeps it.
-  _assert_trees_close(jax.device_get(train.Trainer(config, tmp_path).train().params), initial, atol=0)
+  _assert_trees_close(jax.device_get(train.Trainer(config, tmp_path).train()[0]), initial, atol=0)
 
 
 def test_sharded_mesh_gives_single_device_loss_and_gradients(kg_dir, tfds_dir):
@@ -184,7 +185,33 @@ def test_workdir_of_another_config_is_refused(kg_dir, tfds_dir, tmp_path):
   assert (tmp_path / checkpoints.CONFIG_FILE).read_text() == recorded
 
 
-def test_model_results_flattens_sub_models():
-  metrics = {"test/f1": 0.5, "frozen": {"test/f1": 0.75, "validation/loss": 0.25}}
-  assert train.model_results("supcon", metrics) == {
-      "supcon/test/f1": 0.5, "supcon_frozen/test/f1": 0.75, "supcon_frozen/validation/loss": 0.25}
+def _scalars(directory: pathlib.Path, tag: str) -> dict[int, float]:
+  """step -> value of one scalar of the TensorBoard event files in `directory`."""
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
+  from tensorboard.util import tensor_util  # pylint: disable=g-import-not-at-top
+  events = event_accumulator.EventAccumulator(str(directory), size_guidance={event_accumulator.TENSORS: 0})
+  events.Reload()
+  return {e.step: float(tensor_util.make_ndarray(e.tensor_proto)) for e in events.Tensors(tag)}
+
+
+def test_evaluation_during_training_reaches_tensorboard_and_the_best_params_are_reported(kg_dir, tfds_dir, tmp_path):
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  config.train.num_steps = 8
+  config.evals.validation.every_steps = 1
+  config.optim.learning_rate = 3e-3
+  results = train.train_and_evaluate(config, tmp_path)
+  run_dir = tmp_path / "blp_transe"
+  mrr = _scalars(run_dir, "validation/mrr")
+  assert sorted(mrr) == list(range(1, 9))
+  best_step = max(mrr, key=mrr.get)
+  assert mrr[8] < mrr[best_step], "this run's last step must be worse than an earlier one"
+  assert [p.name for p in (run_dir / "best").iterdir() if p.name.isdigit()] == [str(best_step)]
+  # results.json holds the best step's validation MRR, and test numbers of the same params.
+  assert results["blp_transe/validation/mrr"] == pytest.approx(mrr[best_step], abs=1e-6)
+  trainer = train.Trainer(config, run_dir)
+  best_params = trainer.restore_params()
+  test = evaluators.specs(config)[1]
+  assert test.name == "test"
+  assert results["blp_transe/test/mrr"] == pytest.approx(test.run(trainer.objective, best_params)["test/mrr"], abs=1e-6)
+  # Final numbers reach TensorBoard too.
+  assert _scalars(run_dir, "final/test/mrr")[8] == pytest.approx(results["blp_transe/test/mrr"], abs=1e-6)

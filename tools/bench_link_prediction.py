@@ -28,6 +28,7 @@ import numpy as np
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from docent_jax.data import io  # pylint: disable=g-import-not-at-top
 from docent_jax.evaluation import link_prediction  # pylint: disable=g-import-not-at-top
 from docent_jax.models import relations  # pylint: disable=g-import-not-at-top
 
@@ -36,7 +37,7 @@ NUM_TEST_TRIPLES, NUM_FILTER_TRIPLES = 12_037, 93_003
 
 
 def _read_lines(path: pathlib.Path) -> list[str]:
-  return [line for line in path.read_text().splitlines() if line]
+  return [line for line in io.read_lines(path) if line]
 
 
 def _wn18rr_triples(directory: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:

@@ -2,8 +2,9 @@
 
   python tools/export_embeddings.py --config=configs/default.py --workdir=workdir/default
 
-Restores each model's latest Orbax checkpoint (onto whatever devices this machine has) and encodes
-every entity of the config's dataset; nothing is trained.
+Restores each model's reported params (the best checkpoint where kept, else the latest; onto whatever
+devices this machine has) and encodes every entity of the config's dataset; nothing is trained.
+Runs without entity vectors (e.g. a pair classifier) are skipped. WORKDIR may be a gs:// path.
 """
 import pathlib
 import sys
@@ -11,6 +12,7 @@ import sys
 from absl import app
 from absl import flags
 from absl import logging
+from etils import epath
 import numpy as np
 from ml_collections import config_flags
 
@@ -26,10 +28,15 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv: list[str]) -> None:
   del argv
   for model_config in train.model_configs(FLAGS.config):
-    directory = pathlib.Path(FLAGS.workdir) / model_config.name
+    directory = epath.Path(FLAGS.workdir) / model_config.name
     trainer = train.Trainer(model_config, directory)
-    entity_ids, embeddings = trainer.objective.export_embeddings(trainer.restore_params())
-    np.save(directory / "embeddings.npy", embeddings)
+    try:
+      entity_ids, embeddings = trainer.objective.export_embeddings(trainer.restore_params())
+    except NotImplementedError as error:
+      logging.info("Skipping %s: %s", model_config.name, error)
+      continue
+    with (directory / "embeddings.npy").open("wb") as file:
+      np.save(file, embeddings)
     (directory / "entity_ids.txt").write_text("\n".join(entity_ids) + "\n")
     logging.info("Wrote %s embeddings of shape %s to %s.", model_config.name, embeddings.shape, directory)
 

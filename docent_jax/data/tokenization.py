@@ -1,4 +1,4 @@
-"""Tokenizes entity descriptions into fixed-length token-id arrays."""
+"""Tokenizes texts (and text pairs) into fixed-length token-id arrays."""
 from typing import Any, Sequence
 
 import numpy as np
@@ -32,3 +32,25 @@ def tokenize_texts(tokenizer: Any, texts: Sequence[str], max_len: int) -> np.nda
 def entity_token_table(kg: Any, tokenizer: Any, max_len: int) -> np.ndarray:
   """Token ids of every entity description of a `KnowledgeGraph`, int32 [num_entities, max_len]."""
   return tokenize_texts(tokenizer, kg.entity_texts, max_len)
+
+
+def tokenize_pairs(tokenizer: Any, left: Sequence[str], right: Sequence[str], max_len: int) -> np.ndarray:
+  """Token ids and token types of `[CLS] left [SEP] right [SEP]`, int32 [m, 2, max_len].
+
+  Padded with the tokenizer's pad id; too long pairs lose tokens from the longer text first
+  (Hugging Face's 'longest_first'), so that neither offer is cut away entirely.
+  """
+  if len(left) != len(right):
+    raise ValueError(f"{len(left)} left texts but {len(right)} right texts.")
+  if max_len < 3:
+    raise ValueError(f"max_len must leave room for [CLS] and two [SEP]; got {max_len}.")
+  if tokenizer.pad_token_id is None:
+    raise ValueError(f"Tokenizer {tokenizer.name_or_path!r} has no pad token.")
+  rows = [np.zeros((0, 2, max_len), np.int32)]
+  for start in range(0, len(left), _CHUNK):
+    end = start + _CHUNK
+    encoded = tokenizer(list(left[start:end]), list(right[start:end]), max_length=max_len, padding="max_length",
+                        truncation="longest_first", return_attention_mask=False, return_token_type_ids=True)
+    rows.append(np.stack([np.asarray(encoded["input_ids"], np.int32),
+                          np.asarray(encoded["token_type_ids"], np.int32)], axis=1))
+  return np.concatenate(rows)

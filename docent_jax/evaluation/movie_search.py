@@ -16,19 +16,19 @@ from collections.abc import Sequence
 import dataclasses
 import functools
 import json
-import pathlib
 
 from absl import logging
+from etils import epath
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from docent_jax.data import kg_files
+from docent_jax.data import io
 from docent_jax.evaluation import metrics
 from docent_jax.evaluation import tag_prediction
 
 
-class QueryFormatError(kg_files.KgFormatError):
+class QueryFormatError(io.DataFormatError):
   """A query-set file is malformed; the message names the file and line."""
 
 
@@ -59,7 +59,7 @@ class QuerySet:
     return labels
 
 
-def _parse_line(path: pathlib.Path, number: int, line: str) -> tuple[str, list[str]]:
+def _parse_line(path: epath.Path, number: int, line: str) -> tuple[str, list[str]]:
   try:
     record = json.loads(line)
   except json.JSONDecodeError as error:
@@ -76,20 +76,20 @@ def _parse_line(path: pathlib.Path, number: int, line: str) -> tuple[str, list[s
   return query, [str(x) for x in relevant]
 
 
-def load_query_set(path: str | pathlib.Path, entity_ids: Sequence[str]) -> QuerySet:
+def load_query_set(path: epath.PathLike, entity_ids: Sequence[str]) -> QuerySet:
   """Reads a JSON Lines query set; relevant ids become indices into `entity_ids`.
 
   Blank lines are ignored. Raises QueryFormatError, naming file and line, for an empty file, a
   line that is not a JSON object with a non-empty 'query' string and a 'relevant' list of ids,
   and when no query keeps a relevant entity.
   """
-  path = pathlib.Path(path)
+  path = epath.Path(path)
   index = {str(entity): position for position, entity in enumerate(entity_ids)}
   queries, relevant = [], []
   num_unknown = num_dropped = 0
   try:
-    lines = kg_files.read_lines(path)
-  except kg_files.KgFormatError as error:
+    lines = io.read_lines(path)
+  except io.DataFormatError as error:
     raise QueryFormatError(str(error)) from None
   for number, line in enumerate(lines, 1):
     if not line.strip():

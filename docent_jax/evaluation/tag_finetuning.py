@@ -30,8 +30,8 @@ import ml_collections
 import numpy as np
 import optax
 
+from docent_jax import optim
 from docent_jax import parallel
-from docent_jax.data import review_corpus
 from docent_jax.data import tokenization
 from docent_jax.evaluation import tag_prediction
 from docent_jax.models import bert
@@ -76,13 +76,6 @@ class LabelSet:
   texts: list[str]
   votes: np.ndarray
   vote_threshold: int
-
-
-def label_sets(corpus: review_corpus.ReviewCorpus, tag_vote_threshold: int) -> list[LabelSet]:
-  """MovieLens tags (votes) and genres (one vote each), leaving out a corpus' empty vocabulary."""
-  sets = [LabelSet("tags", list(corpus.tags), corpus.tag_votes.toarray(), tag_vote_threshold),
-          LabelSet("genres", list(corpus.genres), corpus.genre_labels.astype(np.int32), 1)]
-  return [s for s in sets if s.texts]
 
 
 def pool(encoder: bert.BertModel, params: Any, tokens: jax.Array, pooling: str) -> jax.Array:
@@ -166,8 +159,10 @@ def sample_step(rng: np.random.Generator, item_votes: np.ndarray, items_per_step
 
 
 def _optimizer(options: FinetuneOptions) -> optax.GradientTransformation:
-  schedule = optax.linear_schedule(options.learning_rate, 0.0, options.num_steps)
-  return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=options.weight_decay))
+  """The trainer's AdamW without warm-up: linear decay to zero over the fine-tuning steps."""
+  return optim.create_optimizer(ml_collections.ConfigDict(dict(
+      learning_rate=options.learning_rate, warmup_steps=0, weight_decay=options.weight_decay, grad_clip_norm=1.0,
+      b1=0.9, b2=0.999, eps=1e-8, lr_multipliers=())), options.num_steps)
 
 
 class TagScorer(abc.ABC):

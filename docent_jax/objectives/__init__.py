@@ -3,15 +3,17 @@ from docent_jax.objectives import blp
 from docent_jax.objectives import docent_dual
 from docent_jax.objectives import docent_full
 from docent_jax.objectives import docent_hybrid
+from docent_jax.objectives import pair_matching
 from docent_jax.objectives import supcon
 from docent_jax.objectives.base import Objective
 
 OBJECTIVES: dict[str, type[Objective]] = {
     "blp": blp.BlpObjective,
-    "cross_encoder": supcon.CrossEncoderObjective,
+    "cross_encoder": pair_matching.CrossEncoderObjective,
     "docent_dual": docent_dual.DocentDualObjective,
     "docent_full": docent_full.DocentFullObjective,
     "docent_hybrid": docent_hybrid.DocentHybridObjective,
+    "pair_matching": pair_matching.PairMatchingObjective,
     "supcon": supcon.SupconObjective,
 }
 

@@ -1,4 +1,8 @@
-"""What the trainer needs from a method: parameters, a loss, training batches and an evaluation."""
+"""What the trainer needs from a method: parameters, a loss and training batches.
+
+What a run reports comes from the evaluators its config lists (`config.evals`, see `evaluators`),
+which read the objective's data and forward functions.
+"""
 import abc
 from typing import Any
 
@@ -14,14 +18,20 @@ class Objective(abc.ABC):
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     self.config = config
     self.mesh = mesh
+    self.parent: tuple["Objective", Any] | None = None
 
   @abc.abstractmethod
   def init_variables(self, rng: jax.Array) -> Any:
     """Freshly initialised params, boxed with logical axis names (`nn.with_logical_partitioning`)."""
 
   def pretrained_params(self) -> dict[str, Any]:
-    """A partial params tree (numpy) that overwrites the fresh initialisation; empty by default."""
+    """A partial params tree that overwrites the fresh initialisation; empty by default."""
     return {}
+
+  def start_from(self, parent: "Objective", parent_params: Any) -> None:
+    """Called before training or evaluation when the config names `model_init`: the objective and
+    params of the model this run starts from (e.g. a pre-trained encoder to fine-tune)."""
+    self.parent = (parent, parent_params)
 
   @abc.abstractmethod
   def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -30,12 +40,6 @@ class Objective(abc.ABC):
   @abc.abstractmethod
   def train_batches(self, seed: int) -> Any:
     """A grain loader whose iterator yields this process's part of each batch, with saveable state."""
-
-  @abc.abstractmethod
-  def evaluate(self, params: Any) -> dict[str, Any]:
-    """Final metrics keyed `<split>/<metric>`; `{suffix: metrics}` for several models from one training
-    (see `train.model_results`)."""
-
 
   def baselines(self) -> dict[str, float]:
     """Metrics of untrained baselines on the same evaluation, keyed `<baseline>/<split>/<metric>`."""

@@ -15,11 +15,12 @@ from jax.sharding import Mesh
 import ml_collections
 import numpy as np
 
+from docent_jax import evaluators
 from docent_jax import losses
 from docent_jax import parallel
-from docent_jax.data import knowledge_graph
 from docent_jax.data import pipeline
 from docent_jax.data import tokenization
+from docent_jax.data.kg import graph as knowledge_graph
 from docent_jax.evaluation import entity_classification
 from docent_jax.evaluation import link_prediction
 from docent_jax.models import pretrained
@@ -78,6 +79,7 @@ class BlpObjective(base.Objective):
         relation_dim=self.scoring.relation_dim(config.model.dim))
     logging.info("%s: %d entities, %d relations, triples %s.", self.graph.name, self.graph.num_entities,
                  self.graph.num_relations, {k: len(v) for k, v in self.graph.triples.items()})
+    self._embeddings = None  # (params, their entity vectors): evaluators of one params share them.
 
   def init_variables(self, rng: jax.Array) -> Any:
     tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
@@ -110,41 +112,51 @@ class BlpObjective(base.Objective):
     return loss, {"loss": loss, "positive_score": positive.mean(), "negative_score": negative.mean()}
 
   def entity_embeddings(self, params: Any) -> np.ndarray:
-    """Every entity's vector, computed once in batches split over the data axis."""
-    encode = lambda p, tokens: self.model.apply({"params": p}, tokens, method=BlpModel.encode)
-    return parallel.map_batches(encode, params, self.entity_tokens, batch_size=self.config.eval.batch_size,
-                                mesh=self.mesh)
+    """Every entity's vector, computed once per params in batches split over the data axis."""
+    if self._embeddings is None or self._embeddings[0] is not params:
+      encode = lambda p, tokens: self.model.apply({"params": p}, tokens, method=BlpModel.encode)
+      self._embeddings = (params, parallel.map_batches(encode, params, self.entity_tokens,
+                                                       batch_size=self.config.eval.batch_size, mesh=self.mesh,
+                                                       what="entities"))
+    return self._embeddings[1]
 
   def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:
     return self.graph.entity_ids, self.entity_embeddings(params)
 
-  def evaluate(self, params: Any) -> dict[str, float]:
-    graph = self.graph
-    embeddings = self.entity_embeddings(params)
-    relation_embeddings = np.asarray(jax.device_get(params["relations"]["embedding"]))
-    known = graph.all_triples()
-    results = {}
-    for split in ("validation", "test"):
-      settings = {"": np.arange(graph.num_entities), "transfer_": graph.entity_split[split]}
-      for prefix, candidates in settings.items():
-        metrics = link_prediction.evaluate_link_prediction(
-            self.scoring, embeddings, relation_embeddings, graph.triples[split], candidates, known,
-            batch_size=self.config.eval.link_prediction_batch_size)
-        results.update({f"{split}/{prefix}{name}": value for name, value in metrics.items()})
-    results.update(self._classify_entities(embeddings))
-    return results
 
-  def _classify_entities(self, embeddings: np.ndarray) -> dict[str, float]:
-    """Logistic regression on frozen vectors: fit on train entities, pick C on dev, score unseen test entities."""
-    labels = self.graph.entity_labels
-    if (labels < 0).all():
-      logging.info("%s has no entity classes; skipping entity classification.", self.graph.name)
-      return {}
-    parts = []
-    for split in ("train", "validation", "test"):
-      entities = self.graph.entity_split[split]
-      entities = entities[labels[entities] >= 0]
-      parts += [embeddings[entities], labels[entities]]
-    metrics = entity_classification.evaluate_entity_classification(
-        *parts, c_values=tuple(self.config.eval.classification_c_values))
-    return {f"test/classification_{name}": value for name, value in metrics.items()}
+
+@evaluators.register("link_prediction")
+def evaluate_link_prediction(objective: BlpObjective, params: Any, split: str = "test") -> dict[str, float]:
+  """Filtered ranking of the split's triples among all entities ('dynamic', `<split>/mrr`, ...) and, where
+  the split has its own unseen entities, among those only ('transfer', `<split>/transfer_mrr`, ...)."""
+  graph = objective.graph
+  embeddings = objective.entity_embeddings(params)
+  relation_embeddings = np.asarray(jax.device_get(params["relations"]["embedding"]))
+  settings = {"": np.arange(graph.num_entities), "transfer_": graph.entity_split[split]}
+  results = {}
+  for prefix, candidates in settings.items():
+    metrics = link_prediction.evaluate_link_prediction(
+        objective.scoring, embeddings, relation_embeddings, graph.triples[split], candidates, graph.all_triples(),
+        batch_size=objective.config.eval.link_prediction_batch_size)
+    results.update({f"{split}/{prefix}{name}": value for name, value in metrics.items()})
+  return results
+
+
+@evaluators.register("entity_classification")
+def evaluate_entity_classification(objective: BlpObjective, params: Any,
+                                   c_values: tuple[float, ...] = entity_classification.BLP_C_VALUES
+                                   ) -> dict[str, float]:
+  """Logistic regression on frozen vectors: fit on train entities, pick C on dev, score unseen test entities."""
+  graph = objective.graph
+  labels = graph.entity_labels
+  if (labels < 0).all():
+    logging.info("%s has no entity classes; skipping entity classification.", graph.name)
+    return {}
+  embeddings = objective.entity_embeddings(params)
+  parts = []
+  for split in ("train", "validation", "test"):
+    entities = graph.entity_split[split]
+    entities = entities[labels[entities] >= 0]
+    parts += [embeddings[entities], labels[entities]]
+  metrics = entity_classification.evaluate_entity_classification(*parts, c_values=tuple(c_values))
+  return {f"test/classification_{name}": value for name, value in metrics.items()}

@@ -16,11 +16,12 @@ from jax.sharding import Mesh
 import ml_collections
 import numpy as np
 
+from docent_jax import evaluators
 from docent_jax import losses
 from docent_jax import parallel
-from docent_jax.data import review_corpus
-from docent_jax.data import review_pipeline
 from docent_jax.data import tokenization
+from docent_jax.data.reviews import corpus as review_corpus
+from docent_jax.data.reviews import pipeline as review_pipeline
 from docent_jax.evaluation import bm25
 from docent_jax.evaluation import movie_search
 from docent_jax.evaluation import tag_finetuning
@@ -61,7 +62,12 @@ class ReviewBaselines:
                                        options=tag_finetuning.finetune_options(self.config.eval, self.config.seed))
 
   def _label_sets(self) -> list[tag_finetuning.LabelSet]:
-    return tag_finetuning.label_sets(self.corpus, self.config.eval.tag_vote_threshold)
+    """MovieLens tags (votes) and genres (one vote each), leaving out a corpus' empty vocabulary."""
+    corpus = self.corpus
+    sets = [tag_finetuning.LabelSet("tags", list(corpus.tags), corpus.tag_votes.toarray(),
+                                    self.config.eval.tag_vote_threshold),
+            tag_finetuning.LabelSet("genres", list(corpus.genres), corpus.genre_labels.astype(np.int32), 1)]
+    return [s for s in sets if s.texts]
 
   def _entity_init_sentences(self) -> tuple[np.ndarray, np.ndarray]:
     """Indices and token rows of the up to `model.entity_init_sentences` sentences per entity that
@@ -211,14 +217,24 @@ class DocentDualObjective(ReviewBaselines, base.Objective):
       results.update({f"{split}/{k}": v for k, v in movie_search.evaluate_search(scores, queries).items()})
     return results
 
-  def evaluate(self, params: Any) -> dict[str, float]:
-    """Zero-shot movie search; tag prediction on held-out movies with g(e) frozen."""
+  def tag_prediction(self, params: Any) -> dict[str, float]:
+    """Tag and genre prediction on the held-out movies by a tag encoder fine-tuned against frozen g(e)."""
     _, table = self.export_embeddings(params)
-    results = self.search(params)
     train, test = (tag_finetuning.Items(table[m], m) for m in (self.corpus.entity_split["train"],
                                                                 self.corpus.entity_split["test"]))
     tags = tag_finetuning.evaluate_tag_tasks(
         self._tag_finetuner(self.tag_encoder_params(params)), self._label_sets(), train, test,
         open_vocabulary_fractions=self.config.eval.open_vocabulary_fractions, seed=self.config.seed)
-    results.update({f"test/{k}": v for k, v in tags.items()})
-    return results
+    return {f"test/{k}": v for k, v in tags.items()}
+
+
+@evaluators.register("movie_search")
+def evaluate_movie_search(objective: Any, params: Any) -> dict[str, float]:
+  """Zero-shot movie search with tag queries (any DOCENT objective's `search`): `test/` and `all/` movies."""
+  return objective.search(params)
+
+
+@evaluators.register("tag_prediction")
+def evaluate_tag_prediction(objective: Any, params: Any) -> dict[str, float]:
+  """Tag and genre prediction on the held-out movies (any DOCENT objective's `tag_prediction`)."""
+  return objective.tag_prediction(params)

@@ -21,9 +21,9 @@ import scipy.sparse
 
 from docent_jax import losses
 from docent_jax import parallel
-from docent_jax.data import review_corpus
-from docent_jax.data import review_pipeline
 from docent_jax.data import tokenization
+from docent_jax.data.reviews import corpus as review_corpus
+from docent_jax.data.reviews import pipeline as review_pipeline
 from docent_jax.evaluation import movie_search
 from docent_jax.evaluation import tag_classifier
 from docent_jax.evaluation import tag_finetuning
@@ -215,14 +215,12 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
       results.update({f"{split}/{k}": v for k, v in movie_search.evaluate_search(scores, queries).items()})
     return results
 
-  def evaluate(self, params: Any) -> dict[str, float]:
-    """Zero-shot movie search; tag prediction on held-out movies by the pair classifier, entity rows fixed."""
-    results = self.search(params)
+  def tag_prediction(self, params: Any) -> dict[str, float]:
+    """Tag prediction on held-out movies by the pair classifier, entity rows fixed."""
     _, table = self.export_embeddings(params)
     train, test = (tag_finetuning.Items(table[m], m) for m in (self.corpus.entity_split["train"],
                                                                 self.corpus.entity_split["test"]))
     tags = tag_finetuning.evaluate_tag_tasks(
         self._tag_classifier(params), self._label_sets(), train, test,
         open_vocabulary_fractions=self.config.eval.open_vocabulary_fractions, seed=self.config.seed)
-    results.update({f"test/{k}": v for k, v in tags.items()})
-    return results
+    return {f"test/{k}": v for k, v in tags.items()}

@@ -8,11 +8,9 @@ Two steps over the offers of a matching dataset:
      own label (the self-supervised variant: a partner is the offer itself, seen through dropout
      and augmentation). Batches come from one source-aware sampled dataset each, or from all
      offers (`data.source_aware = False`, the paper's ablation).
-  2. Fine-tuning (`evaluate`): a pair classifier over [u, v, |u - v|, u * v] on the labelled
-     pairs, with the pre-trained encoder frozen and / or trained (`classifier.encoder_modes`),
-     early-stopped on the validation loss; precision, recall and F1 of the matches on test.
-`CrossEncoderObjective` is the baseline without contrastive pre-training: a cross-encoder over the
-concatenated pair, fine-tuned by the same protocol and budget as a trained encoder.
+  2. A pair classifier over [u, v, |u - v|, u * v] on the labelled pairs: with the pre-trained
+     encoder frozen, the `pair_probe` evaluator of this module (a logistic regression); with it
+     trained, a fine-tuning run of `objectives.pair_matching` that starts from this model's params.
 """
 from typing import Any
 
@@ -23,19 +21,20 @@ from jax.sharding import Mesh
 import ml_collections
 import numpy as np
 
+from docent_jax import evaluators
 from docent_jax import losses
 from docent_jax import parallel
-from docent_jax.data import offer_corpus
-from docent_jax.data import offer_files
-from docent_jax.data import offer_labels
-from docent_jax.data import offer_sampling
+from docent_jax.data import tokenization
+from docent_jax.data.offers import corpus as offer_corpus
+from docent_jax.data.offers import files as offer_files
+from docent_jax.data.offers import labels as offer_labels
+from docent_jax.data.offers import sampling as offer_sampling
 from docent_jax.evaluation import pair_matching
 from docent_jax.models import bert
 from docent_jax.models import pretrained
 from docent_jax.objectives import base
 
 LABELS = ("supervised", "self")
-ENCODER_MODES = ("frozen", "trained")
 
 
 def offer_labels_of(corpus: offer_corpus.OfferCorpus, kind: str, *, fraction: float, seed: int) -> np.ndarray:
@@ -54,13 +53,10 @@ def offer_labels_of(corpus: offer_corpus.OfferCorpus, kind: str, *, fraction: fl
 
 
 class SupconObjective(base.Objective):
-  """Contrastive pre-training of the offer encoder; pair-classifier fine-tuning as the evaluation."""
+  """Contrastive pre-training of the offer encoder (mean-pooled BERT)."""
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)
-    for mode in config.classifier.encoder_modes:
-      if mode not in ENCODER_MODES:
-        raise ValueError(f"Unknown classifier.encoder_modes entry {mode!r}; valid: {list(ENCODER_MODES)}.")
     self.corpus = offer_corpus.load_offer_corpus(config.data.dataset, data_dir=config.data.tfds_data_dir,
                                                  manual_dir=config.data.manual_dir)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
@@ -86,65 +82,43 @@ class SupconObjective(base.Objective):
         source_aware=data.source_aware, augmentation=data.augmentation or None,
         augmentation_probability=data.augmentation_probability)
 
-  def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
-    tokens = batch["tokens"]
+  def encode(self, params: Any, tokens: jax.Array, *, deterministic: bool = True,
+             rng: jax.Array | None = None) -> jax.Array:
+    """Offer vectors [N, d]: BERT's outputs for token ids [N, L], averaged over the non-padding tokens."""
     mask = (tokens != self.tokenizer.pad_token_id).astype(jnp.int32)
-    hidden = self.encoder.apply({"params": params["bert"]}, tokens, mask, deterministic=False,
-                                rngs={"dropout": rng}).last_hidden_state
-    loss, metrics = losses.supcon_loss(bert.mean_pool(hidden, mask), batch["label"],
-                                       self.config.loss.temperature)
+    hidden = self.encoder.apply({"params": params["bert"]}, tokens, mask, deterministic=deterministic,
+                                rngs={} if rng is None else {"dropout": rng}).last_hidden_state
+    return bert.mean_pool(hidden, mask).astype(jnp.float32)
+
+  def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    vectors = self.encode(params, batch["tokens"], deterministic=False, rng=rng)
+    loss, metrics = losses.supcon_loss(vectors, batch["label"], self.config.loss.temperature)
     return loss, {**metrics, "loss": loss}
 
-  def fit_options(self, trained_encoder: bool) -> pair_matching.FitOptions:
-    """The fine-tuning budget: a trained encoder (or cross-encoder) gets `classifier.trained_max_steps`."""
-    config = self.config.classifier
-    return pair_matching.FitOptions(
-        max_epochs=config.max_epochs, patience=config.patience, batch_size=config.batch_size,
-        learning_rate=config.trained_learning_rate if trained_encoder else config.frozen_learning_rate,
-        max_steps=config.trained_max_steps if trained_encoder else None,
-        lr_multipliers=tuple(map(tuple, config.trained_lr_multipliers)) if trained_encoder else (),
-        eval_batch_size=self.config.eval.batch_size, seed=self.config.seed)
+  def offer_vectors(self, params: Any) -> np.ndarray:
+    """[num_offers, d] vectors of every offer (zeros for offers in no labelled pair), batched over the mesh."""
+    used = np.unique(np.concatenate([p[:, :2].ravel() for p in self.corpus.pairs.values()]))
+    tokens = tokenization.tokenize_texts(self.tokenizer, [self.corpus.texts[i] for i in used],
+                                         self.config.data.max_len)
+    vectors = parallel.map_batches(self.encode, params, tokens, batch_size=self.config.eval.batch_size,
+                                   mesh=self.mesh, what="offers")
+    table = np.zeros((self.corpus.num_offers, vectors.shape[1]), np.float32)
+    table[used] = vectors
+    return table
 
-  def fit_and_test(self, matcher: pair_matching.PairMatcher, params: Any,
-                   options: pair_matching.FitOptions) -> tuple[dict[str, float], Any]:
-    """Fine-tunes `matcher` from `params`: metrics of the best epoch on validation and test, and its params."""
-    rules = parallel.rules_from_config(self.config.mesh)
-    fit = pair_matching.fit_pair_classifier(matcher, params, self.corpus.texts, self.corpus.pairs, options=options,
-                                            mesh=self.mesh, rules=rules)
-    results = {f"fit/{k}": v for k, v in fit.summary().items()}
-    for split in ("validation", "test"):
-      metrics = pair_matching.evaluate_pairs(matcher, fit.params, self.corpus.texts, self.corpus.pairs[split],
-                                             mesh=self.mesh, batch_size=self.config.eval.batch_size, split=split,
-                                             rules=rules)
-      results.update({f"{split}/{k}": v for k, v in metrics.items()})
-    return results, fit.params
-
-  def evaluate(self, params: Any) -> dict[str, Any]:
-    """Per encoder mode, the pair classifier's metrics; flat when there is one mode.
-
-    With `classifier.trained_from_frozen_head`, a trained encoder's head starts where the frozen
-    encoder's fit ended (linear probing, then fine-tuning), when 'frozen' comes first in the modes.
-    """
-    config = self.config.classifier
-    results, frozen_head = {}, None
-    for mode in config.encoder_modes:
-      matcher = pair_matching.BiEncoderMatcher(self.bert_config, self.tokenizer, max_len=self.config.data.max_len,
-                                               freeze_encoder=mode == "frozen")
-      initial = matcher.init_params(jax.random.key(self.config.seed), jax.device_get(params["bert"]))
-      if mode == "trained" and frozen_head is not None and config.trained_from_frozen_head:
-        initial = {**initial, "head": frozen_head}
-      results[mode], fitted = self.fit_and_test(matcher, initial, self.fit_options(trained_encoder=mode == "trained"))
-      if mode == "frozen":
-        frozen_head = fitted["head"]
-      logging.info("%s, %s encoder: %s", self.config.name, mode, results[mode])
-    return results[config.encoder_modes[0]] if len(config.encoder_modes) == 1 else results
+  def linear_probe(self, params: Any, c_values: tuple[float, ...] = pair_matching.PROBE_C_VALUES
+                   ) -> pair_matching.LinearProbe:
+    """A logistic regression on the pair features of the frozen encoder's offer vectors."""
+    return pair_matching.fit_linear_probe(self.offer_vectors(params), self.corpus.pairs, c_values=c_values)
 
 
-class CrossEncoderObjective(SupconObjective):
-  """No contrastive pre-training (train.num_steps = 0): a cross-encoder fine-tuned on the pairs."""
-
-  def evaluate(self, params: Any) -> dict[str, float]:
-    matcher = pair_matching.CrossEncoderMatcher(self.bert_config, self.tokenizer,
-                                                max_len=self.config.classifier.cross_encoder_max_len)
-    initial = matcher.init_params(jax.random.key(self.config.seed), jax.device_get(params["bert"]))
-    return self.fit_and_test(matcher, initial, self.fit_options(trained_encoder=True))[0]
+@evaluators.register("pair_probe")
+def evaluate_pair_probe(objective: SupconObjective, params: Any,
+                        c_values: tuple[float, ...] = pair_matching.PROBE_C_VALUES) -> dict[str, float]:
+  """The frozen encoder's pair classifier (a logistic regression): `<split>/{precision, recall, f1, loss}`
+  on validation and test, and the C it chose on validation (`validation/probe_c`)."""
+  probe = objective.linear_probe(params, tuple(c_values))
+  results = {"validation/probe_c": probe.c}
+  for split in ("validation", "test"):
+    results.update({f"{split}/{k}": v for k, v in probe.metrics[split].items()})
+  return results

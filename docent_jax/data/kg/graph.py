@@ -1,22 +1,20 @@
 """The in-memory knowledge graph, loaded from the TFDS builders."""
 import dataclasses
-import os
-import pathlib
-from typing import Any, Sequence
+from typing import Any
 
 from absl import logging
+from etils import epath
 import numpy as np
-import tensorflow_datasets as tfds
-from tensorflow_datasets.proto import tf_example_pb2
 
-from docent_jax.data.builders import kg_directory
-from docent_jax.data.builders import wordnet_kg
+from docent_jax.data import tfds_loading
+from docent_jax.data.kg import builders as kg_builders
+from docent_jax.data.kg import wordnet_kg
 
-SPLITS = kg_directory.TRIPLE_SPLITS
-BUILDERS: dict[str, type[kg_directory.KnowledgeGraphBuilder]] = {
+SPLITS = kg_builders.TRIPLE_SPLITS
+BUILDERS: dict[str, type[kg_builders.KnowledgeGraphBuilder]] = {
     "wordnet_kg": wordnet_kg.WordnetKg,
-    "wn18rr": kg_directory.Wn18rr,
-    "fb15k237": kg_directory.Fb15k237,
+    "wn18rr": kg_builders.Wn18rr,
+    "fb15k237": kg_builders.Fb15k237,
 }
 
 
@@ -58,47 +56,29 @@ class KnowledgeGraph:
     return np.concatenate([self.triples[split] for split in SPLITS])
 
 
-def read_columns(source: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
-  """Reads whole columns of a TFDS array_record data source.
-
-  Parses the stored tf.train.Example protos directly: TFDS decoding of each
-  example is about ten times slower, which matters for 300k triples.
-  """
-  records = source.data_source.__getitems__(range(len(source)))
-  columns: dict[str, list[Any]] = {name: [] for name in names}
-  for record in records:
-    feature = tf_example_pb2.Example.FromString(record).features.feature
-    for name in names:
-      value = feature[name]
-      columns[name].append(value.int64_list.value[0] if value.HasField("int64_list") else
-                           value.bytes_list.value[0].decode("utf-8"))
-  return {name: np.asarray(values) if values and isinstance(values[0], int) else values
-          for name, values in columns.items()}
-
-
-def make_builder(dataset: str, *, data_dir: str | os.PathLike[str] | None = None,
-                 max_entities: int | None = None, seed: int = 0) -> kg_directory.KnowledgeGraphBuilder:
+def make_builder(dataset: str, *, data_dir: epath.PathLike | None = None,
+                 max_entities: int | None = None, seed: int = 0) -> kg_builders.KnowledgeGraphBuilder:
   """The TFDS builder for a registered name ('wn18rr', 'wordnet_kg/subgraph_3000') or a directory."""
-  kwargs = dict(data_dir=os.fspath(data_dir) if data_dir is not None else None, file_format="array_record")
-  if os.path.isdir(dataset):
-    return kg_directory.KgDirectory(config=kg_directory.directory_config(dataset, max_entities, seed), **kwargs)
+  kwargs = tfds_loading.builder_kwargs(data_dir)
+  if epath.Path(dataset).is_dir():
+    return kg_builders.KgDirectory(config=kg_builders.directory_config(dataset, max_entities, seed), **kwargs)
   name, _, config = dataset.partition("/")
   if name not in BUILDERS:
     raise ValueError(f"Unknown knowledge graph {dataset!r}: not a directory and not one of {sorted(BUILDERS)}.")
   if config:
     if max_entities is not None or seed:
       raise ValueError(f"{dataset!r} names its config; do not also pass max_entities or seed.")
-    max_entities, seed = kg_directory.parse_config_name(config)
+    max_entities, seed = kg_builders.parse_config_name(config)
   builder_class = BUILDERS[name]
-  config_name = kg_directory.config_name(max_entities, seed)
+  config_name = kg_builders.config_name(max_entities, seed)
   # TFDS takes the name of a predefined config, and rejects an equal-named config object.
-  config = config_name if config_name in builder_class.builder_configs else kg_directory.make_config(
+  config = config_name if config_name in builder_class.builder_configs else kg_builders.make_config(
       max_entities, seed)
   return builder_class(config=config, **kwargs)
 
 
-def load_knowledge_graph(dataset: str, *, data_dir: str | os.PathLike[str] | None = None,
-                         manual_dir: str | os.PathLike[str] | None = None, max_entities: int | None = None,
+def load_knowledge_graph(dataset: str, *, data_dir: epath.PathLike | None = None,
+                         manual_dir: epath.PathLike | None = None, max_entities: int | None = None,
                          seed: int = 0) -> KnowledgeGraph:
   """Builds the dataset if needed (array_record under `data_dir`) and loads it.
 
@@ -114,17 +94,13 @@ def load_knowledge_graph(dataset: str, *, data_dir: str | os.PathLike[str] | Non
   Returns:
     The knowledge graph.
   """
-  if manual_dir is not None and not pathlib.Path(manual_dir).is_dir():
-    raise FileNotFoundError(f"Manual directory {manual_dir} does not exist.")
   builder = make_builder(dataset, data_dir=data_dir, max_entities=max_entities, seed=seed)
-  download_config = tfds.download.DownloadConfig(manual_dir=os.fspath(manual_dir) if manual_dir else None)
-  builder.download_and_prepare(download_config=download_config)
-  sources = builder.as_data_source()
-  entities = read_columns(sources["entities"], ("id", "text", "label", "split"))
-  relations = read_columns(sources["relations"], ("id",))
+  sources = tfds_loading.prepare(builder, manual_dir)
+  entities = tfds_loading.read_columns(sources["entities"], ("id", "text", "label", "split"))
+  relations = tfds_loading.read_columns(sources["relations"], ("id",))
   triples = {}
   for split in SPLITS:
-    columns = read_columns(sources[split], ("head", "relation", "tail"))
+    columns = tfds_loading.read_columns(sources[split], ("head", "relation", "tail"))
     triples[split] = np.stack([columns["head"], columns["relation"], columns["tail"]], axis=1).astype(np.int32)
   entity_split_names = np.asarray(entities["split"])
   name = f"{builder.name}/{builder.builder_config.name}"

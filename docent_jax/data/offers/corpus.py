@@ -1,20 +1,18 @@
 """The in-memory offer corpus (serialized offers, their sources and products, labelled pairs), loaded from TFDS."""
 import dataclasses
-import os
-import pathlib
 
 from absl import logging
+from etils import epath
 import numpy as np
-import tensorflow_datasets as tfds
 
-from docent_jax.data import knowledge_graph
-from docent_jax.data import offer_files
-from docent_jax.data.builders import offers
+from docent_jax.data import tfds_loading
+from docent_jax.data.offers import builders as offer_builders
+from docent_jax.data.offers import files as offer_files
 
 PAIR_SPLITS = offer_files.PAIR_SPLITS
-BUILDERS: dict[str, type[offers.OfferBuilder]] = {
-    "abt_buy": offers.AbtBuy,
-    "wdc_computers": offers.WdcComputers,
+BUILDERS: dict[str, type[offer_builders.OfferBuilder]] = {
+    "abt_buy": offer_builders.AbtBuy,
+    "wdc_computers": offer_builders.WdcComputers,
 }
 
 
@@ -46,11 +44,11 @@ class OfferCorpus:
     return len(self.texts)
 
 
-def make_builder(dataset: str, *, data_dir: str | os.PathLike[str] | None = None) -> offers.OfferBuilder:
+def make_builder(dataset: str, *, data_dir: epath.PathLike | None = None) -> offer_builders.OfferBuilder:
   """The TFDS builder for a registered name ('abt_buy', 'wdc_computers/small') or a DeepMatcher directory."""
-  kwargs = dict(data_dir=os.fspath(data_dir) if data_dir is not None else None, file_format="array_record")
-  if os.path.isdir(dataset):
-    return offers.DeepmatcherDirectory(config=offers.directory_config(dataset), **kwargs)
+  kwargs = tfds_loading.builder_kwargs(data_dir)
+  if epath.Path(dataset).is_dir():
+    return offer_builders.DeepmatcherDirectory(config=offer_builders.directory_config(dataset), **kwargs)
   name, _, config = dataset.partition("/")
   if name not in BUILDERS:
     raise ValueError(f"Unknown offer dataset {dataset!r}: not a directory and not one of {sorted(BUILDERS)}.")
@@ -60,8 +58,8 @@ def make_builder(dataset: str, *, data_dir: str | os.PathLike[str] | None = None
   return builder_class(config=config or None, **kwargs)
 
 
-def load_offer_corpus(dataset: str, *, data_dir: str | os.PathLike[str] | None = None,
-                      manual_dir: str | os.PathLike[str] | None = None) -> OfferCorpus:
+def load_offer_corpus(dataset: str, *, data_dir: epath.PathLike | None = None,
+                      manual_dir: epath.PathLike | None = None) -> OfferCorpus:
   """Builds the dataset if needed (array_record under `data_dir`) and loads it.
 
   Args:
@@ -74,16 +72,12 @@ def load_offer_corpus(dataset: str, *, data_dir: str | os.PathLike[str] | None =
   Returns:
     The corpus.
   """
-  if manual_dir is not None and not pathlib.Path(manual_dir).is_dir():
-    raise FileNotFoundError(f"Manual directory {manual_dir} does not exist.")
   builder = make_builder(dataset, data_dir=data_dir)
-  download_config = tfds.download.DownloadConfig(manual_dir=os.fspath(manual_dir) if manual_dir else None)
-  builder.download_and_prepare(download_config=download_config)
-  sources = builder.as_data_source()
-  offer_columns = knowledge_graph.read_columns(sources["offers"], ("source", "id", "text", "product"))
+  sources = tfds_loading.prepare(builder, manual_dir)
+  offer_columns = tfds_loading.read_columns(sources["offers"], ("source", "id", "text", "product"))
   pairs = {}
   for split in PAIR_SPLITS:
-    columns = knowledge_graph.read_columns(sources[split], ("left", "right", "label"))
+    columns = tfds_loading.read_columns(sources[split], ("left", "right", "label"))
     pairs[split] = np.stack([columns["left"], columns["right"], columns["label"]], axis=1).astype(np.int64)
   corpus = OfferCorpus(
       texts=offer_columns["text"],

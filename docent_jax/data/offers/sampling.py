@@ -13,9 +13,9 @@ from absl import logging
 import grain
 import numpy as np
 
-from docent_jax.data import augmentation as augmentation_lib
 from docent_jax.data import pipeline
 from docent_jax.data import tokenization
+from docent_jax.data.offers import augmentation as augmentation_lib
 
 # Streams of the random generator, so that each random choice has its own seed sequence.
 _SCHEDULE, _ANCHORS, _PARTNERS, _AUGMENTATION = range(4)

@@ -1,22 +1,20 @@
 """The in-memory review corpus (entities, sentences, tag and genre labels), loaded from the TFDS builders."""
 import dataclasses
-import os
-import pathlib
 from typing import Any
 
 from absl import logging
+from etils import epath
 import numpy as np
 import scipy.sparse
-import tensorflow_datasets as tfds
 
-from docent_jax.data import knowledge_graph
-from docent_jax.data import review_files
-from docent_jax.data.builders import reviews
+from docent_jax.data import tfds_loading
+from docent_jax.data.reviews import builders as review_builders
+from docent_jax.data.reviews import files as review_files
 
 ENTITY_SPLITS = review_files.ENTITY_SPLITS
-BUILDERS: dict[str, type[reviews.ReviewBuilder]] = {
-    "imdb_movielens": reviews.ImdbMovielens,
-    "reviews2movielens": reviews.Reviews2Movielens,
+BUILDERS: dict[str, type[review_builders.ReviewBuilder]] = {
+    "imdb_movielens": review_builders.ImdbMovielens,
+    "reviews2movielens": review_builders.Reviews2Movielens,
 }
 
 
@@ -62,28 +60,28 @@ class ReviewCorpus:
     return int(self.sentence_review.max()) + 1 if len(self.sentence_review) else 0
 
 
-def make_builder(dataset: str, *, data_dir: str | os.PathLike[str] | None = None,
-                 options: review_files.PreprocessOptions | None = None) -> reviews.ReviewBuilder:
+def make_builder(dataset: str, *, data_dir: epath.PathLike | None = None,
+                 options: review_files.PreprocessOptions | None = None) -> review_builders.ReviewBuilder:
   """The TFDS builder for a registered name ('imdb_movielens', 'imdb_movielens/minreviews1') or a directory."""
-  kwargs = dict(data_dir=os.fspath(data_dir) if data_dir is not None else None, file_format="array_record")
-  if os.path.isdir(dataset):
-    return reviews.ReviewTsv(config=reviews.directory_config(dataset, options or review_files.PreprocessOptions()),
-                             **kwargs)
+  kwargs = tfds_loading.builder_kwargs(data_dir)
+  if epath.Path(dataset).is_dir():
+    return review_builders.ReviewTsv(
+        config=review_builders.directory_config(dataset, options or review_files.PreprocessOptions()), **kwargs)
   name, _, config = dataset.partition("/")
   if name not in BUILDERS:
     raise ValueError(f"Unknown review dataset {dataset!r}: not a directory and not one of {sorted(BUILDERS)}.")
   if config and options is not None:
     raise ValueError(f"{dataset!r} names its config; do not also pass options.")
-  options = reviews.parse_config_name(config) if config else options or review_files.PreprocessOptions()
+  options = review_builders.parse_config_name(config) if config else options or review_files.PreprocessOptions()
   builder_class = BUILDERS[name]
-  config_name = reviews.config_name(options)
+  config_name = review_builders.config_name(options)
   # TFDS takes the name of a predefined config, and rejects an equal-named config object.
-  config = config_name if config_name in builder_class.builder_configs else reviews.make_config(options)
+  config = config_name if config_name in builder_class.builder_configs else review_builders.make_config(options)
   return builder_class(config=config, **kwargs)
 
 
-def load_review_corpus(dataset: str, *, data_dir: str | os.PathLike[str] | None = None,
-                       manual_dir: str | os.PathLike[str] | None = None,
+def load_review_corpus(dataset: str, *, data_dir: epath.PathLike | None = None,
+                       manual_dir: epath.PathLike | None = None,
                        options: review_files.PreprocessOptions | None = None) -> ReviewCorpus:
   """Builds the dataset if needed (array_record under `data_dir`) and loads it.
 
@@ -97,18 +95,14 @@ def load_review_corpus(dataset: str, *, data_dir: str | os.PathLike[str] | None 
   Returns:
     The corpus.
   """
-  if manual_dir is not None and not pathlib.Path(manual_dir).is_dir():
-    raise FileNotFoundError(f"Manual directory {manual_dir} does not exist.")
   builder = make_builder(dataset, data_dir=data_dir, options=options)
-  download_config = tfds.download.DownloadConfig(manual_dir=os.fspath(manual_dir) if manual_dir else None)
-  builder.download_and_prepare(download_config=download_config)
-  sources = builder.as_data_source()
-  entities = knowledge_graph.read_columns(sources["entities"], ("id", "title", "split"))
-  sentences = knowledge_graph.read_columns(sources["sentences"], ("entity", "review", "text"))
+  sources = tfds_loading.prepare(builder, manual_dir)
+  entities = tfds_loading.read_columns(sources["entities"], ("id", "title", "split"))
+  sentences = tfds_loading.read_columns(sources["sentences"], ("entity", "review", "text"))
   # A dataset without tags or genres has no such split (TFDS cannot write an empty one).
-  tags = (knowledge_graph.read_columns(sources["tags"], ("entity", "tag", "votes")) if "tags" in sources
+  tags = (tfds_loading.read_columns(sources["tags"], ("entity", "tag", "votes")) if "tags" in sources
           else {"entity": [], "tag": [], "votes": []})
-  genres = (knowledge_graph.read_columns(sources["genres"], ("entity", "genre")) if "genres" in sources
+  genres = (tfds_loading.read_columns(sources["genres"], ("entity", "genre")) if "genres" in sources
             else {"entity": [], "genre": []})
   num_entities = len(entities["id"])
 

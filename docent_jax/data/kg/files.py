@@ -8,16 +8,17 @@ Layout of a dataset directory (any file may instead be gzipped as `<name>.gz`):
   relation2text.txt                     optional, id<TAB>text
   {train,dev,test}-ents-class.txt       optional entity split with class labels, id<TAB>label
 
-Every format error names the file and line. Triples whose entity has no text are
-dropped and counted (BLP drops them), or rejected when `on_missing_text='error'`.
+Every format error (`io.DataFormatError`) names the file and line. Triples whose entity has no
+text are dropped and counted (BLP drops them), or rejected when `on_missing_text='error'`.
 """
 import collections
 import dataclasses
-import gzip
-import pathlib
 from typing import Iterable, Literal, Mapping, Sequence
 
 from absl import logging
+from etils import epath
+
+from docent_jax.data import io
 
 # Entity description files, most preferred first: BLP uses the long FB15k-237
 # descriptions; the first-sentence version is the closest substitute.
@@ -27,10 +28,6 @@ SPLITS = ("train", "validation", "test")
 FILE_STEMS = {"train": "train", "validation": "dev", "test": "test"}
 
 Triple = tuple[str, str, str]
-
-
-class KgFormatError(ValueError):
-  """A knowledge-graph file is malformed; the message names the file and line."""
 
 
 @dataclasses.dataclass
@@ -62,92 +59,60 @@ class ParsedGraph:
   skipped_triples: int = 0
 
 
-def find_file(directory: pathlib.Path, name: str) -> pathlib.Path | None:
-  """Returns `directory/name` or `directory/name.gz`, None when neither exists."""
-  plain, zipped = directory / name, directory / (name + ".gz")
-  if plain.exists() and zipped.exists():
-    raise KgFormatError(f"{directory}: both {name} and {name}.gz exist; keep one.")
-  if plain.exists():
-    return plain
-  return zipped if zipped.exists() else None
-
-
-def read_lines(path: pathlib.Path) -> list[str]:
-  """Reads a UTF-8 text file (optionally gzipped) into lines without line endings.
-
-  Accepts LF and CRLF endings and a last line without newline.
-
-  Raises:
-    KgFormatError: the file is empty or holds bytes that are not UTF-8.
-  """
-  data = path.read_bytes()
-  if path.suffix == ".gz":
-    data = gzip.decompress(data)
-  if not data.strip():
-    raise KgFormatError(f"{path}: file is empty.")
-  try:
-    text = data.decode("utf-8")
-  except UnicodeDecodeError as error:
-    line_number = data[:error.start].count(b"\n") + 1
-    raise KgFormatError(f"{path}:{line_number}: bytes that are not valid UTF-8 ({error.reason}).") from None
-  lines = text.split("\n")
-  if lines[-1] == "":
-    lines.pop()
-  return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
-def _split_fields(path: pathlib.Path, lines: Sequence[str], num_fields: int) -> Iterable[tuple[int, list[str]]]:
+def _split_fields(path: epath.PathLike, num_fields: int) -> Iterable[tuple[int, list[str]]]:
   """Yields (line number, fields) for tab-separated rows of exactly `num_fields` fields."""
-  for number, line in enumerate(lines, 1):
+  for number, line in io.numbered_lines(path):
     fields = line.split("\t", num_fields - 1) if num_fields == 2 else line.split("\t")
     if len(fields) != num_fields:
-      raise KgFormatError(f"{path}:{number}: expected {num_fields} tab-separated fields, found {len(fields)}: "
-                          f"{line[:100]!r}")
+      raise io.DataFormatError(f"{path}:{number}: expected {num_fields} tab-separated fields, "
+                               f"found {len(fields)}: {line[:100]!r}")
     yield number, fields
 
 
-def read_id_list(path: pathlib.Path) -> list[str]:
+def read_id_list(path: epath.PathLike) -> list[str]:
   """Reads a one-id-per-line vocabulary; rejects empty and duplicate ids."""
   first_line: dict[str, int] = {}
-  for number, line in enumerate(read_lines(path), 1):
+  for number, line in io.numbered_lines(path):
     identifier = line.strip()
     if not identifier:
-      raise KgFormatError(f"{path}:{number}: empty id.")
+      raise io.DataFormatError(f"{path}:{number}: empty id.")
     if identifier in first_line:
-      raise KgFormatError(f"{path}:{number}: duplicate id {identifier!r} (first on line {first_line[identifier]}).")
+      raise io.DataFormatError(f"{path}:{number}: duplicate id {identifier!r} "
+                               f"(first on line {first_line[identifier]}).")
     first_line[identifier] = number
   return list(first_line)
 
 
-def read_id_texts(path: pathlib.Path) -> dict[str, str]:
+def read_id_texts(path: epath.PathLike) -> dict[str, str]:
   """Reads `id<TAB>text` rows; the text may be empty but must be present."""
   texts: dict[str, str] = {}
   first_line: dict[str, int] = {}
-  for number, (identifier, text) in _split_fields(path, read_lines(path), 2):
+  for number, (identifier, text) in _split_fields(path, 2):
     if not identifier:
-      raise KgFormatError(f"{path}:{number}: empty id.")
+      raise io.DataFormatError(f"{path}:{number}: empty id.")
     if identifier in first_line:
-      raise KgFormatError(f"{path}:{number}: duplicate id {identifier!r} (first on line {first_line[identifier]}).")
+      raise io.DataFormatError(f"{path}:{number}: duplicate id {identifier!r} "
+                               f"(first on line {first_line[identifier]}).")
     first_line[identifier] = number
     texts[identifier] = text.strip()
   return texts
 
 
-def read_triples(path: pathlib.Path, known_relations: Sequence[str] | None = None,
+def read_triples(path: epath.PathLike, known_relations: Sequence[str] | None = None,
                  known_entities: Sequence[str] | None = None) -> list[Triple]:
   """Reads `head<TAB>relation<TAB>tail` rows, checking against known vocabularies."""
   relations = set(known_relations) if known_relations is not None else None
   entities = set(known_entities) if known_entities is not None else None
   triples = []
-  for number, (head, relation, tail) in _split_fields(path, read_lines(path), 3):
+  for number, (head, relation, tail) in _split_fields(path, 3):
     if not head or not relation or not tail:
-      raise KgFormatError(f"{path}:{number}: empty field in triple {(head, relation, tail)!r}.")
+      raise io.DataFormatError(f"{path}:{number}: empty field in triple {(head, relation, tail)!r}.")
     if relations is not None and relation not in relations:
-      raise KgFormatError(f"{path}:{number}: unknown relation {relation!r} (not in relations.txt).")
+      raise io.DataFormatError(f"{path}:{number}: unknown relation {relation!r} (not in relations.txt).")
     if entities is not None:
       for entity in (head, tail):
         if entity not in entities:
-          raise KgFormatError(f"{path}:{number}: unknown entity {entity!r} (not in entities.txt).")
+          raise io.DataFormatError(f"{path}:{number}: unknown entity {entity!r} (not in entities.txt).")
     triples.append((head, relation, tail))
   return triples
 
@@ -171,40 +136,40 @@ def inductive_triple_split(triples: Iterable[Triple], entity_split: Mapping[str,
   return result
 
 
-def _entity_text_file(directory: pathlib.Path) -> pathlib.Path:
+def _entity_text_file(directory: epath.Path) -> epath.Path:
   for name in ENTITY_TEXT_FILES:
-    path = find_file(directory, name)
+    path = io.find_file(directory, name)
     if path is not None:
       return path
-  raise KgFormatError(f"{directory}: no entity description file (looked for {', '.join(ENTITY_TEXT_FILES)}).")
+  raise io.DataFormatError(f"{directory}: no entity description file (looked for {', '.join(ENTITY_TEXT_FILES)}).")
 
 
-def _read_split_triples(directory: pathlib.Path, prefix: str, relations: Sequence[str] | None,
+def _read_split_triples(directory: epath.Path, prefix: str, relations: Sequence[str] | None,
                         entities: Sequence[str] | None) -> dict[str, list[Triple]] | None:
   """Reads `<prefix>{train,dev,test}.tsv`; None when none exist, error when only some do."""
-  paths = {split: find_file(directory, f"{prefix}{FILE_STEMS[split]}.tsv") for split in SPLITS}
+  paths = {split: io.find_file(directory, f"{prefix}{FILE_STEMS[split]}.tsv") for split in SPLITS}
   present = [split for split, path in paths.items() if path is not None]
   if not present:
     return None
   if len(present) != len(SPLITS):
     missing = [f"{prefix}{FILE_STEMS[split]}.tsv" for split in SPLITS if paths[split] is None]
-    raise KgFormatError(f"{directory}: missing {', '.join(missing)} (the other splits exist).")
+    raise io.DataFormatError(f"{directory}: missing {', '.join(missing)} (the other splits exist).")
   return {split: read_triples(path, relations, entities) for split, path in paths.items()}
 
 
-def _read_class_files(directory: pathlib.Path) -> tuple[dict[str, str], dict[str, str]] | None:
+def _read_class_files(directory: epath.Path) -> tuple[dict[str, str], dict[str, str]] | None:
   """Returns (entity -> label, entity -> split) from the class files, None if absent."""
-  paths = {split: find_file(directory, f"{FILE_STEMS[split]}-ents-class.txt") for split in SPLITS}
+  paths = {split: io.find_file(directory, f"{FILE_STEMS[split]}-ents-class.txt") for split in SPLITS}
   if all(path is None for path in paths.values()):
     return None
   if any(path is None for path in paths.values()):
-    raise KgFormatError(f"{directory}: the entity class files must exist for all of train, dev and test.")
+    raise io.DataFormatError(f"{directory}: the entity class files must exist for all of train, dev and test.")
   labels: dict[str, str] = {}
   split_of: dict[str, str] = {}
   for split, path in paths.items():
     for entity, label in read_id_texts(path).items():
       if entity in split_of:
-        raise KgFormatError(f"{path}: entity {entity!r} is also in the {split_of[entity]} class file.")
+        raise io.DataFormatError(f"{path}: entity {entity!r} is also in the {split_of[entity]} class file.")
       split_of[entity] = split
       if label:
         labels[entity] = label
@@ -212,7 +177,7 @@ def _read_class_files(directory: pathlib.Path) -> tuple[dict[str, str], dict[str
 
 
 def _drop_missing_text(triples: dict[str, list[Triple]], texts: Mapping[str, str],
-                       on_missing_text: str, directory: pathlib.Path) -> tuple[dict[str, list[Triple]], int]:
+                       on_missing_text: str, directory: epath.Path) -> tuple[dict[str, list[Triple]], int]:
   kept: dict[str, list[Triple]] = {}
   skipped = 0
   for split, split_triples in triples.items():
@@ -220,8 +185,8 @@ def _drop_missing_text(triples: dict[str, list[Triple]], texts: Mapping[str, str
     dropped = len(split_triples) - len(kept[split])
     if dropped and on_missing_text == "error":
       example = next(t for t in split_triples if t[0] not in texts or t[2] not in texts)
-      raise KgFormatError(f"{directory}: {dropped} {split} triples have an entity without description, "
-                          f"e.g. {example!r}.")
+      raise io.DataFormatError(f"{directory}: {dropped} {split} triples have an entity without description, "
+                               f"e.g. {example!r}.")
     if dropped:
       logging.warning("%s: dropped %d %s triples whose entity has no description.", directory, dropped, split)
     if split in SPLITS:
@@ -229,7 +194,7 @@ def _drop_missing_text(triples: dict[str, list[Triple]], texts: Mapping[str, str
   return kept, skipped
 
 
-def read_kg_directory(directory: str | pathlib.Path,
+def read_kg_directory(directory: epath.PathLike,
                       on_missing_text: Literal["skip", "error"] = "skip") -> ParsedGraph:
   """Reads and validates a knowledge-graph directory in the KG-BERT layout.
 
@@ -247,13 +212,13 @@ def read_kg_directory(directory: str | pathlib.Path,
   """
   if on_missing_text not in ("skip", "error"):
     raise ValueError(f"on_missing_text must be 'skip' or 'error', not {on_missing_text!r}.")
-  directory = pathlib.Path(directory)
+  directory = epath.Path(directory)
   if not directory.is_dir():
     raise FileNotFoundError(f"Knowledge-graph directory {directory} does not exist.")
 
-  entities_path = find_file(directory, "entities.txt")
+  entities_path = io.find_file(directory, "entities.txt")
   known_entities = read_id_list(entities_path) if entities_path else None
-  relations_path = find_file(directory, "relations.txt")
+  relations_path = io.find_file(directory, "relations.txt")
   known_relations = read_id_list(relations_path) if relations_path else None
   text_path = _entity_text_file(directory)
   all_texts = read_id_texts(text_path)
@@ -263,7 +228,7 @@ def read_kg_directory(directory: str | pathlib.Path,
   inductive = _read_split_triples(directory, "ind-", known_relations, known_entities)
   class_files = _read_class_files(directory)
   if transductive is None and inductive is None:
-    raise KgFormatError(f"{directory}: no triple files (train/dev/test.tsv or ind-train/ind-dev/ind-test.tsv).")
+    raise io.DataFormatError(f"{directory}: no triple files (train/dev/test.tsv or ind-train/ind-dev/ind-test.tsv).")
   labels, class_split = class_files if class_files else ({}, {})
   if inductive is None and class_files is not None:
     inductive = inductive_triple_split(
@@ -300,11 +265,11 @@ def read_kg_directory(directory: str | pathlib.Path,
     _check_inductive(triples, entity_split, directory)
 
   relation_ids = known_relations or sorted({t[1] for split_triples in triples.values() for t in split_triples})
-  relation_text_path = find_file(directory, "relation2text.txt")
+  relation_text_path = io.find_file(directory, "relation2text.txt")
   relation_texts = read_id_texts(relation_text_path) if relation_text_path else {}
   unknown = set(relation_texts) - set(relation_ids)
   if unknown:
-    raise KgFormatError(f"{relation_text_path}: relations not in the graph: {sorted(unknown)[:5]}.")
+    raise io.DataFormatError(f"{relation_text_path}: relations not in the graph: {sorted(unknown)[:5]}.")
   return ParsedGraph(
       entity_ids=entity_ids,
       entity_texts=[texts[e] for e in entity_ids],
@@ -333,10 +298,10 @@ def _entity_split(entity_ids: Sequence[str], triples: Mapping[str, Sequence[Trip
 
 
 def _check_inductive(triples: Mapping[str, Sequence[Triple]], entity_split: Mapping[str, str],
-                     directory: pathlib.Path) -> None:
+                     directory: epath.Path) -> None:
   """Rejects inductive splits with a held-out entity in the training triples."""
   leaked = collections.Counter(
       entity_split[e] for head, _, tail in triples["train"] for e in (head, tail) if entity_split[e] != "train")
   if leaked:
-    raise KgFormatError(f"{directory}: the inductive training triples mention held-out entities "
-                        f"({dict(leaked)}); the split is not inductive.")
+    raise io.DataFormatError(f"{directory}: the inductive training triples mention held-out entities "
+                             f"({dict(leaked)}); the split is not inductive.")

@@ -21,18 +21,18 @@ An attribute with an empty value keeps its name (`[COL] price [VAL]`), as their
 code does. WDC json values are cleaned like theirs (schema.org quoting and
 language tags removed) and capped in words (`WDC_MAX_WORDS`).
 
-Every format error names the file and line.
+Every format error (`io.DataFormatError`) names the file and line.
 """
 import csv
 import dataclasses
 import json
-import pathlib
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from absl import logging
+from etils import epath
 
-from docent_jax.data import kg_files
+from docent_jax.data import io
 
 PAIR_SPLITS = ("train", "validation", "test")
 COL_TOKEN, VAL_TOKEN = "[COL]", "[VAL]"
@@ -49,10 +49,6 @@ _LANGUAGE_TAG = re.compile(r"\"@\S+\s+")
 _SPACE = re.compile(r"\s+")
 
 Attributes = tuple[tuple[str, str], ...]
-
-
-class OfferFormatError(kg_files.KgFormatError):
-  """An offer or pair file is malformed; the message names the file and line."""
 
 
 @dataclasses.dataclass
@@ -109,72 +105,61 @@ def clean_wdc_value(value: str) -> str:
   return _SPACE.sub(" ", value).replace('"', "").strip()
 
 
-def _read_lines(path: pathlib.Path) -> list[str]:
-  """Lines of a UTF-8 file (optionally gzipped) without a leading byte-order mark."""
-  try:
-    lines = kg_files.read_lines(path)
-  except kg_files.KgFormatError as error:
-    raise OfferFormatError(str(error)) from None
-  lines[0] = lines[0].removeprefix("\ufeff")
-  return lines
-
-
-def read_csv(path: pathlib.Path, required: Sequence[str] = ()) -> tuple[list[str], list[tuple[int, list[str]]]]:
+def read_csv(path: epath.PathLike, required: Sequence[str] = ()) -> tuple[list[str], list[tuple[int, list[str]]]]:
   """The header and (line number, fields) rows of a CSV file; every row has the header's width.
 
   Quoted fields may span lines (the line number is the row's last line).
   """
-  path = pathlib.Path(path)
   # Line ends restored so quoted multi-line fields keep their line breaks.
-  reader = csv.reader((line + "\n" for line in _read_lines(path)), strict=True)
+  reader = csv.reader((line + "\n" for line in io.read_lines(path)), strict=True)
   rows = []
   try:
     header = [name.strip() for name in next(reader)]
     for row in reader:
       if len(row) != len(header):
-        raise OfferFormatError(f"{path}:{reader.line_num}: expected {len(header)} fields ({','.join(header)}), "
-                               f"found {len(row)}: {','.join(row)[:100]!r}")
+        raise io.DataFormatError(f"{path}:{reader.line_num}: expected {len(header)} fields ({','.join(header)}), "
+                                 f"found {len(row)}: {','.join(row)[:100]!r}")
       rows.append((reader.line_num, row))
   except csv.Error as error:
-    raise OfferFormatError(f"{path}:{reader.line_num}: malformed CSV ({error}).") from None
+    raise io.DataFormatError(f"{path}:{reader.line_num}: malformed CSV ({error}).") from None
   missing = [name for name in required if name not in header]
   if missing:
-    raise OfferFormatError(f"{path}:1: header {header} lacks columns {missing}.")
+    raise io.DataFormatError(f"{path}:1: header {header} lacks columns {missing}.")
   return header, rows
 
 
-def _label(path: pathlib.Path, line: int, value: Any) -> int:
+def _label(path: epath.Path, line: int, value: Any) -> int:
   if str(value).strip() not in ("0", "1"):
-    raise OfferFormatError(f"{path}:{line}: label {value!r} is not 0 or 1.")
+    raise io.DataFormatError(f"{path}:{line}: label {value!r} is not 0 or 1.")
   return int(str(value).strip())
 
 
-def _check_pairs(paths: Mapping[str, pathlib.Path], pairs: Mapping[str, list[tuple[int, int, int]]],
+def _check_pairs(paths: Mapping[str, epath.PathLike], pairs: Mapping[str, list[tuple[int, int, int]]],
                  last_lines: Mapping[str, int], counts: dict[str, int]) -> None:
   """Counts pairs and positives; a split without pairs, or train without a positive, is an error."""
   for split in PAIR_SPLITS:
     split_pairs = pairs[split]
     if not split_pairs:
-      raise OfferFormatError(f"{paths[split]}:{last_lines[split]}: no {split} pairs.")
+      raise io.DataFormatError(f"{paths[split]}:{last_lines[split]}: no {split} pairs.")
     counts[f"{split} pairs"] = len(split_pairs)
     counts[f"{split} positives"] = sum(label for _, _, label in split_pairs)
   if not counts["train positives"]:
-    raise OfferFormatError(f"{paths['train']}:1-{last_lines['train']}: none of the {counts['train pairs']} training "
-                           "pairs is a match (label 1); matching needs positive pairs.")
+    raise io.DataFormatError(f"{paths['train']}:1-{last_lines['train']}: none of the {counts['train pairs']} training "
+                             "pairs is a match (label 1); matching needs positive pairs.")
 
 
 # ---------------------------------------------------------------------------------------------------
 # DeepMatcher.
 
 
-def deepmatcher_paths(directory: str | pathlib.Path) -> dict[str, pathlib.Path]:
+def deepmatcher_paths(directory: epath.PathLike) -> dict[str, epath.Path]:
   """The DeepMatcher files of a directory, by table ('tableA', 'tableB') and split name."""
-  directory = pathlib.Path(directory)
+  directory = epath.Path(directory)
   if not directory.is_dir():
     raise FileNotFoundError(f"DeepMatcher directory {directory} does not exist.")
   paths, missing = {}, []
   for key, name in {**DEEPMATCHER_TABLES, **DEEPMATCHER_PAIRS}.items():
-    path = kg_files.find_file(directory, name)
+    path = io.find_file(directory, name)
     if path is None:
       missing.append(name)
     else:
@@ -185,30 +170,30 @@ def deepmatcher_paths(directory: str | pathlib.Path) -> dict[str, pathlib.Path]:
   return paths
 
 
-def _read_table(path: pathlib.Path, attributes: Sequence[str] | None) -> tuple[list[str], list[Attributes]]:
+def _read_table(path: epath.Path, attributes: Sequence[str] | None) -> tuple[list[str], list[Attributes]]:
   """Ids and attributes of a DeepMatcher table (`id`, then attribute columns)."""
   header, rows = read_csv(path)
   if header[0] != "id":
-    raise OfferFormatError(f"{path}:1: the first column must be 'id', found {header[0]!r}.")
+    raise io.DataFormatError(f"{path}:1: the first column must be 'id', found {header[0]!r}.")
   names = list(attributes) if attributes is not None else header[1:]
   missing = [name for name in names if name not in header[1:]]
   if missing:
-    raise OfferFormatError(f"{path}:1: header {header} lacks attribute columns {missing}.")
+    raise io.DataFormatError(f"{path}:1: header {header} lacks attribute columns {missing}.")
   columns = [header.index(name) for name in names]
   first_line: dict[str, int] = {}
   offers = []
   for line, row in rows:
     identifier = row[0].strip()
     if not identifier:
-      raise OfferFormatError(f"{path}:{line}: empty id.")
+      raise io.DataFormatError(f"{path}:{line}: empty id.")
     if identifier in first_line:
-      raise OfferFormatError(f"{path}:{line}: duplicate id {identifier!r} (first on line {first_line[identifier]}).")
+      raise io.DataFormatError(f"{path}:{line}: duplicate id {identifier!r} (first on line {first_line[identifier]}).")
     first_line[identifier] = line
     offers.append(tuple((name, row[column]) for name, column in zip(names, columns)))
   return list(first_line), offers
 
 
-def read_deepmatcher(paths: Mapping[str, pathlib.Path], attributes: Sequence[str] | None = None,
+def read_deepmatcher(paths: Mapping[str, epath.PathLike], attributes: Sequence[str] | None = None,
                      max_words: Mapping[str, int] | None = None) -> OfferDataset:
   """Reads DeepMatcher files (see `deepmatcher_paths`): every table row is an offer, tableA's first.
 
@@ -220,7 +205,7 @@ def read_deepmatcher(paths: Mapping[str, pathlib.Path], attributes: Sequence[str
   Returns:
     The offers (sources 'tableA', 'tableB'; no products) and pairs.
   """
-  paths = {key: pathlib.Path(path) for key, path in paths.items()}
+  paths = {key: epath.Path(path) for key, path in paths.items()}
   offer_source, offer_ids, offer_texts = [], [], []
   index: list[dict[str, int]] = []
   counts: dict[str, int] = {}
@@ -241,8 +226,8 @@ def read_deepmatcher(paths: Mapping[str, pathlib.Path], attributes: Sequence[str
     for line, row in rows:
       for table, column, known in (("tableA", left, index[0]), ("tableB", right, index[1])):
         if row[column].strip() not in known:
-          raise OfferFormatError(f"{path}:{line}: {header[column]} {row[column]!r} is not an id of "
-                                 f"{paths[table].name}.")
+          raise io.DataFormatError(f"{path}:{line}: {header[column]} {row[column]!r} is not an id of "
+                                   f"{paths[table].name}.")
       pairs[split].append((index[0][row[left].strip()], index[1][row[right].strip()], _label(path, line, row[label])))
     last_lines[split] = rows[-1][0] if rows else 1
   _check_pairs(paths, pairs, last_lines, counts)
@@ -288,7 +273,7 @@ class _OfferTable:
                         offer_texts=self.texts, offer_products=self.products, pairs=pairs, counts=counts)
 
 
-def read_wdc_pair_files(paths: Mapping[str, pathlib.Path], attributes: Sequence[str] | None = None,
+def read_wdc_pair_files(paths: Mapping[str, epath.PathLike], attributes: Sequence[str] | None = None,
                         max_words: Mapping[str, int] | None = None) -> OfferDataset:
   """Reads pair-per-line files; identical offers (after attribute selection) become one offer.
 
@@ -305,29 +290,29 @@ def read_wdc_pair_files(paths: Mapping[str, pathlib.Path], attributes: Sequence[
   pairs: dict[str, list[tuple[int, int, int]]] = {}
   last_lines = {}
   for split in PAIR_SPLITS:
-    path = pathlib.Path(paths[split])
+    path = epath.Path(paths[split])
     pairs[split] = []
-    lines = _read_lines(path)
-    for number, line in enumerate(lines, 1):
+    number = 0
+    for number, line in io.numbered_lines(path):
       fields = line.split("\t")
       if len(fields) != 3:
-        raise OfferFormatError(f"{path}:{number}: expected 3 tab-separated fields (offer, offer, label), "
-                               f"found {len(fields)}: {line[:100]!r}")
+        raise io.DataFormatError(f"{path}:{number}: expected 3 tab-separated fields (offer, offer, label), "
+                                 f"found {len(fields)}: {line[:100]!r}")
       sides = []
       for side, text in zip(("left", "right"), fields[:2]):
         try:
           offer = parse_pair_file_offer(text)
         except ValueError as error:
-          raise OfferFormatError(f"{path}:{number}: {side} offer: {error}") from None
+          raise io.DataFormatError(f"{path}:{number}: {side} offer: {error}") from None
         if attributes is not None:
           values = dict(offer)
           missing = [name for name in attributes if name not in values]
           if missing:
-            raise OfferFormatError(f"{path}:{number}: {side} offer lacks attributes {missing}.")
+            raise io.DataFormatError(f"{path}:{number}: {side} offer lacks attributes {missing}.")
           offer = tuple((name, values[name]) for name in attributes)
         sides.append(table.add(offer, f"{path.name}:{number}:{side}", serialize(offer, max_words)))
       pairs[split].append((sides[0], sides[1], _label(path, number, fields[2])))
-    last_lines[split] = len(lines)
+    last_lines[split] = number
   counts: dict[str, int] = {}
   _check_pairs(paths, pairs, last_lines, counts)
   dataset = table.dataset(pairs, counts)
@@ -340,38 +325,38 @@ def read_wdc_pair_files(paths: Mapping[str, pathlib.Path], attributes: Sequence[
 # WDC LSPC json (the original training sets, validation pair ids and gold standard).
 
 
-def _json_lines(path: pathlib.Path) -> Iterable[tuple[int, dict[str, Any]]]:
-  for number, line in enumerate(_read_lines(path), 1):
+def _json_lines(path: epath.Path) -> Iterable[tuple[int, dict[str, Any]]]:
+  for number, line in io.numbered_lines(path):
     if not line.strip():
       continue
     try:
       record = json.loads(line)
     except json.JSONDecodeError as error:
-      raise OfferFormatError(f"{path}:{number}: not a JSON object ({error.msg}).") from None
+      raise io.DataFormatError(f"{path}:{number}: not a JSON object ({error.msg}).") from None
     if not isinstance(record, dict):
-      raise OfferFormatError(f"{path}:{number}: expected a JSON object, found {type(record).__name__}.")
+      raise io.DataFormatError(f"{path}:{number}: expected a JSON object, found {type(record).__name__}.")
     yield number, record
 
 
-def _wdc_offer(path: pathlib.Path, number: int, record: dict[str, Any], side: str,
+def _wdc_offer(path: epath.Path, number: int, record: dict[str, Any], side: str,
                attributes: Sequence[str]) -> tuple[str, Attributes, str]:
   """(id, cleaned attributes, cluster id) of one side of a WDC json pair."""
   required = [f"id_{side}", f"cluster_id_{side}"]
   missing = [key for key in required if record.get(key) is None]
   if missing:
-    raise OfferFormatError(f"{path}:{number}: no {missing}.")
+    raise io.DataFormatError(f"{path}:{number}: no {missing}.")
   values = []
   for name in attributes:
     value = record.get(f"{name}_{side}")
     if value is not None and not isinstance(value, str):
-      raise OfferFormatError(f"{path}:{number}: {name}_{side} is a {type(value).__name__}, not a string.")
+      raise io.DataFormatError(f"{path}:{number}: {name}_{side} is a {type(value).__name__}, not a string.")
     value = value or ""
     # Peeters & Bizer only collapse whitespace in spec tables; other values are schema.org-quoted.
     values.append((name, " ".join(value.split()) if name == "specTableContent" else clean_wdc_value(value)))
   return str(record[f"id_{side}"]), tuple(values), str(record[f"cluster_id_{side}"])
 
 
-def read_wdc_json(train_path: pathlib.Path, validation_path: pathlib.Path, test_path: pathlib.Path,
+def read_wdc_json(train_path: epath.PathLike, validation_path: epath.PathLike, test_path: epath.PathLike,
                   attributes: Sequence[str] = ("title",),
                   max_words: Mapping[str, int] | None = None) -> OfferDataset:
   """Reads WDC LSPC training pairs, validation pair ids and the gold standard.
@@ -391,13 +376,13 @@ def read_wdc_json(train_path: pathlib.Path, validation_path: pathlib.Path, test_
   if unknown or not attributes:
     raise ValueError(f"WDC attributes must be a non-empty subset of {WDC_ATTRIBUTES}; got {tuple(attributes)}.")
   max_words = WDC_MAX_WORDS if max_words is None else max_words
-  train_path, validation_path, test_path = map(pathlib.Path, (train_path, validation_path, test_path))
+  train_path, validation_path, test_path = map(epath.Path, (train_path, validation_path, test_path))
   header, rows = read_csv(validation_path, ("pair_id",))
   validation_ids: dict[str, int] = {}
   for line, row in rows:
     pair_id = row[header.index("pair_id")].strip()
     if not pair_id:
-      raise OfferFormatError(f"{validation_path}:{line}: empty pair_id.")
+      raise io.DataFormatError(f"{validation_path}:{line}: empty pair_id.")
     validation_ids.setdefault(pair_id, line)
   table = _OfferTable()
   first_seen: dict[str, tuple[Attributes, str, str]] = {}
@@ -413,7 +398,7 @@ def read_wdc_json(train_path: pathlib.Path, validation_path: pathlib.Path, test_
         where = f"{path.name}:{number}"
         previous = first_seen.setdefault(identifier, (offer, cluster, where))
         if previous[:2] != (offer, cluster):
-          raise OfferFormatError(f"{path}:{number}: offer {identifier} differs from its copy at {previous[2]}.")
+          raise io.DataFormatError(f"{path}:{number}: offer {identifier} differs from its copy at {previous[2]}.")
         sides.append(table.add(identifier, identifier, serialize(offer, max_words), cluster))
       pair_id = str(record.get("pair_id", ""))
       split = file_split
@@ -424,8 +409,8 @@ def read_wdc_json(train_path: pathlib.Path, validation_path: pathlib.Path, test_
     last_lines[file_split] = number
   absent = [(line, pair_id) for pair_id, line in validation_ids.items() if pair_id not in found_validation]
   if absent:
-    raise OfferFormatError(f"{validation_path}:{absent[0][0]}: pair_id {absent[0][1]!r} is not a pair of "
-                           f"{train_path.name} ({len(absent)} such ids).")
+    raise io.DataFormatError(f"{validation_path}:{absent[0][0]}: pair_id {absent[0][1]!r} is not a pair of "
+                             f"{train_path.name} ({len(absent)} such ids).")
   last_lines["validation"] = rows[-1][0] if rows else 1
   counts: dict[str, int] = {}
   _check_pairs({"train": train_path, "validation": validation_path, "test": test_path}, pairs, last_lines, counts)

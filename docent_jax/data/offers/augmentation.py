@@ -16,15 +16,12 @@ import threading
 
 import numpy as np
 
-from docent_jax.data.builders import wordnet_kg
+from docent_jax.data import wordnet
 
 COLUMN, VALUE = "[COL]", "[VAL]"
 _TYPO_CHARACTERS = string.ascii_lowercase + string.digits
 # Leading and trailing punctuation stays in place when a word is replaced by a synonym.
 _WORD_CORE = re.compile(r"^(\W*)(.*?)(\W*)$")
-# WordNet is read as the `wordnet_kg` builder reads it.
-_parse_wordnet_file = wordnet_kg._parse_data_file  # pylint: disable=protected-access
-_ADJECTIVE_MARKER = wordnet_kg._ADJECTIVE_MARKER  # pylint: disable=protected-access
 
 Operation = Callable[[list[str], np.ndarray, np.random.Generator, float], list[str]]
 
@@ -119,11 +116,11 @@ def wordnet_synonyms() -> dict[str, tuple[str, ...]]:
 
 @functools.cache
 def _read_wordnet_synonyms() -> dict[str, tuple[str, ...]]:
-  directory = wordnet_kg.wordnet_directory()
+  directory = wordnet.wordnet_directory()
   synonyms = collections.defaultdict(set)
-  for pos_file in wordnet_kg.POS_FILES:
-    for _, lemmas, _, _ in _parse_wordnet_file(directory / f"data.{pos_file}"):
-      names = {_ADJECTIVE_MARKER.sub("", lemma).replace("_", " ") for lemma in lemmas}
+  for pos_file in wordnet.POS_FILES:
+    for _, lemmas, _, _ in wordnet.parse_data_file(directory / f"data.{pos_file}"):
+      names = {wordnet.lemma_text(lemma) for lemma in lemmas}
       for name in names:
         synonyms[name.lower()].update(other for other in names if other.lower() != name.lower())
   return {lemma: tuple(sorted(others)) for lemma, others in synonyms.items() if others}

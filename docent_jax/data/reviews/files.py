@@ -6,21 +6,21 @@ sentence) pairs as in the paper: markup stripped, reviews shorter than
 `min_review_words` words dropped, the movie's own title removed from its
 reviews, reviews split into sentences packed into paragraphs of at most
 `max_words` words, and entities with fewer than `min_reviews` reviews dropped.
-Every drop is counted and logged. Format errors name the file and line.
+Every drop is counted and logged. Format errors (`io.DataFormatError`) name the file and line.
 """
 import collections
 import csv
 import dataclasses
 import html
 import json
-import pathlib
 import re
 from typing import Iterable, Mapping, Sequence
 
 from absl import logging
+from etils import epath
 import numpy as np
 
-from docent_jax.data import kg_files
+from docent_jax.data import io
 
 ENTITY_SPLITS = ("train", "validation", "test")
 NO_GENRES = "(no genres listed)"
@@ -41,10 +41,6 @@ _YEAR = re.compile(r"\s*\((?:\d{4}(?:\s*-\s*\d{4})?)?\)\s*$")
 _TRAILING_PARENTHESES = re.compile(r"\s*\(([^()]*)\)\s*$")
 # MovieLens writes leading articles after the title: "Usual Suspects, The", "Auberge espagnole, L'".
 _TRAILING_ARTICLE = re.compile(r"^(.*), (The|A|An|La|Le|Les|L'|Il|El|Los|Las|Das|Der|Die|Den|Det)$")
-
-
-class ReviewFormatError(kg_files.KgFormatError):
-  """A review-collection file is malformed; the message names the file and line."""
 
 
 @dataclasses.dataclass
@@ -123,53 +119,37 @@ class ReviewDataset:
   dropped: dict[str, int]
 
 
-def read_text(path: pathlib.Path) -> str:
-  """A whole UTF-8 file (optionally gzipped); errors name the file and line."""
-  try:
-    return "\n".join(kg_files.read_lines(path))
-  except kg_files.KgFormatError as error:
-    raise ReviewFormatError(str(error)) from None
-
-
-def read_lines(path: pathlib.Path) -> list[str]:
-  """Lines of a non-empty UTF-8 file (optionally gzipped), see `kg_files.read_lines`."""
-  try:
-    return kg_files.read_lines(path)
-  except kg_files.KgFormatError as error:
-    raise ReviewFormatError(str(error)) from None
-
-
-def read_csv(path: pathlib.Path, columns: Sequence[str]) -> Iterable[tuple[int, dict[str, str]]]:
+def read_csv(path: epath.Path, columns: Sequence[str]) -> Iterable[tuple[int, dict[str, str]]]:
   """Yields (line number, row) of a CSV file with a header holding at least `columns`."""
-  lines = read_lines(path)
+  lines = io.read_lines(path)
   reader = csv.reader(lines, strict=True)
   try:
     header = next(reader)
   except csv.Error as error:
-    raise ReviewFormatError(f"{path}:1: malformed CSV header ({error}).") from None
+    raise io.DataFormatError(f"{path}:1: malformed CSV header ({error}).") from None
   missing = [c for c in columns if c not in header]
   if missing:
-    raise ReviewFormatError(f"{path}:1: header {header} lacks columns {missing}.")
+    raise io.DataFormatError(f"{path}:1: header {header} lacks columns {missing}.")
   while True:
     try:
       row = next(reader)
     except StopIteration:
       return
     except csv.Error as error:
-      raise ReviewFormatError(f"{path}:{reader.line_num}: malformed CSV row ({error}).") from None
+      raise io.DataFormatError(f"{path}:{reader.line_num}: malformed CSV row ({error}).") from None
     if len(row) != len(header):
-      raise ReviewFormatError(f"{path}:{reader.line_num}: expected {len(header)} fields, found {len(row)}: "
-                              f"{lines[reader.line_num - 1][:100]!r}")
+      raise io.DataFormatError(f"{path}:{reader.line_num}: expected {len(header)} fields, found {len(row)}: "
+                               f"{lines[reader.line_num - 1][:100]!r}")
     yield reader.line_num, dict(zip(header, row))
 
 
-def _integer(path: pathlib.Path, line: int, name: str, value: str) -> int:
+def _integer(path: epath.Path, line: int, name: str, value: str) -> int:
   try:
     number = float(value)  # Also accepts "12.0", as written by tools that store ids as floats.
   except ValueError:
     number = float("nan")
   if not number.is_integer():
-    raise ReviewFormatError(f"{path}:{line}: {name} {value!r} is not an integer.")
+    raise io.DataFormatError(f"{path}:{line}: {name} {value!r} is not an integer.")
   return int(number)
 
 
@@ -195,10 +175,10 @@ class MovieLens:
   skipped: collections.Counter
 
 
-def read_movielens(directory: str | pathlib.Path) -> MovieLens:
+def read_movielens(directory: epath.PathLike) -> MovieLens:
   """Reads movies.csv and, when present, tags.csv and links.csv of a MovieLens directory."""
-  directory = pathlib.Path(directory)
-  movies_path = kg_files.find_file(directory, "movies.csv")
+  directory = epath.Path(directory)
+  movies_path = io.find_file(directory, "movies.csv")
   if movies_path is None:
     raise FileNotFoundError(f"{directory}: no movies.csv (a MovieLens directory such as ml-latest-small).")
   titles: dict[str, str] = {}
@@ -206,12 +186,12 @@ def read_movielens(directory: str | pathlib.Path) -> MovieLens:
   for line, row in read_csv(movies_path, ("movieId", "title", "genres")):
     movie = str(_integer(movies_path, line, "movieId", row["movieId"]))
     if movie in titles:
-      raise ReviewFormatError(f"{movies_path}:{line}: duplicate movieId {movie}.")
+      raise io.DataFormatError(f"{movies_path}:{line}: duplicate movieId {movie}.")
     titles[movie] = row["title"].strip()
     genres[movie] = [g.strip() for g in row["genres"].split("|") if g.strip() and g.strip() != NO_GENRES]
   skipped: collections.Counter = collections.Counter()
   users: dict[str, dict[str, set[str]]] = collections.defaultdict(lambda: collections.defaultdict(set))
-  tags_path = kg_files.find_file(directory, "tags.csv")
+  tags_path = io.find_file(directory, "tags.csv")
   if tags_path is not None:
     for line, row in read_csv(tags_path, ("userId", "movieId", "tag")):
       movie = str(_integer(tags_path, line, "movieId", row["movieId"]))
@@ -224,7 +204,7 @@ def read_movielens(directory: str | pathlib.Path) -> MovieLens:
         users[movie][tag].add(row["userId"])
   tags = {movie: {tag: len(u) for tag, u in sorted(movie_tags.items())} for movie, movie_tags in users.items()}
   imdb_to_movie: dict[int, str] = {}
-  links_path = kg_files.find_file(directory, "links.csv")
+  links_path = io.find_file(directory, "links.csv")
   if links_path is not None:
     for line, row in read_csv(links_path, ("movieId", "imdbId")):
       movie = str(_integer(links_path, line, "movieId", row["movieId"]))
@@ -233,7 +213,7 @@ def read_movielens(directory: str | pathlib.Path) -> MovieLens:
         continue
       imdb = _integer(links_path, line, "imdbId", row["imdbId"])
       if imdb in imdb_to_movie and imdb_to_movie[imdb] != movie:
-        raise ReviewFormatError(f"{links_path}:{line}: imdbId {imdb} also links movie {imdb_to_movie[imdb]}.")
+        raise io.DataFormatError(f"{links_path}:{line}: imdbId {imdb} also links movie {imdb_to_movie[imdb]}.")
       imdb_to_movie[imdb] = movie
   for reason, count in skipped.items():
     logging.warning("%s: skipped %d %s.", directory, count, reason)
@@ -265,18 +245,18 @@ def _entity_sort_key(entity: str) -> tuple[int, int | str]:
 # IMDB (aclImdb) joined to MovieLens.
 
 
-def _read_urls(path: pathlib.Path) -> list[int]:
+def _read_urls(path: epath.Path) -> list[int]:
   """IMDb title ids of a urls_<label>.txt file, one per line."""
   ids = []
-  for number, line in enumerate(read_lines(path), 1):
+  for number, line in io.numbered_lines(path):
     match = _IMDB_URL.match(line.strip())
     if not match:
-      raise ReviewFormatError(f"{path}:{number}: not an IMDb title URL: {line[:100]!r}")
+      raise io.DataFormatError(f"{path}:{number}: not an IMDb title URL: {line[:100]!r}")
     ids.append(int(match.group(1)))
   return ids
 
 
-def read_aclimdb(aclimdb_dir: str | pathlib.Path, movielens_dir: str | pathlib.Path) -> RawReviews:
+def read_aclimdb(aclimdb_dir: epath.PathLike, movielens_dir: epath.PathLike) -> RawReviews:
   """Reads aclImdb's labelled reviews and joins them to MovieLens movies through links.csv.
 
   Reviews of titles that MovieLens does not link are skipped and counted.
@@ -288,10 +268,10 @@ def read_aclimdb(aclimdb_dir: str | pathlib.Path, movielens_dir: str | pathlib.P
   Returns:
     The reviews keyed by MovieLens movieId.
   """
-  aclimdb_dir, movielens_dir = pathlib.Path(aclimdb_dir), pathlib.Path(movielens_dir)
+  aclimdb_dir, movielens_dir = epath.Path(aclimdb_dir), epath.Path(movielens_dir)
   movielens = read_movielens(movielens_dir)
   if not movielens.imdb_to_movie:
-    raise ReviewFormatError(f"{movielens_dir}: no links.csv to join IMDb reviews to MovieLens movies.")
+    raise io.DataFormatError(f"{movielens_dir}: no links.csv to join IMDb reviews to MovieLens movies.")
   reviews: dict[str, list[str]] = collections.defaultdict(list)
   skipped = collections.Counter(movielens.skipped)
   folders = 0
@@ -303,25 +283,25 @@ def read_aclimdb(aclimdb_dir: str | pathlib.Path, movielens_dir: str | pathlib.P
       folders += 1
       urls_path = aclimdb_dir / split / f"urls_{label}.txt"
       if not urls_path.exists():
-        raise ReviewFormatError(f"{folder}: no {urls_path.name} beside it to map reviews to IMDb titles.")
+        raise io.DataFormatError(f"{folder}: no {urls_path.name} beside it to map reviews to IMDb titles.")
       title_ids = _read_urls(urls_path)
       files = []
       for path in folder.iterdir():
         match = _REVIEW_FILE.match(path.name)
         if not match:
-          raise ReviewFormatError(f"{path}: not a review file name <id>_<rating>.txt.")
+          raise io.DataFormatError(f"{path}: not a review file name <id>_<rating>.txt.")
         files.append((int(match.group(1)), path))
       for review_id, path in sorted(files):
         if review_id >= len(title_ids):
-          raise ReviewFormatError(f"{urls_path}: has {len(title_ids)} lines; review {path.name} needs line "
-                                  f"{review_id + 1}.")
+          raise io.DataFormatError(f"{urls_path}: has {len(title_ids)} lines; review {path.name} needs line "
+                                   f"{review_id + 1}.")
         movie = movielens.imdb_to_movie.get(title_ids[review_id])
         if movie is None:
           skipped["reviews of titles not in MovieLens"] += 1
           continue
         if movie not in movielens.titles:
-          raise ReviewFormatError(f"{movielens_dir}: links.csv names movieId {movie}, which movies.csv lacks.")
-        reviews[movie].append(read_text(path))
+          raise io.DataFormatError(f"{movielens_dir}: links.csv names movieId {movie}, which movies.csv lacks.")
+        reviews[movie].append("\n".join(io.read_lines(path)))
   if not folders:
     raise FileNotFoundError(f"{aclimdb_dir}: no review folders {{train,test}}/{{pos,neg}}.")
   for reason, count in skipped.items():
@@ -333,7 +313,7 @@ def read_aclimdb(aclimdb_dir: str | pathlib.Path, movielens_dir: str | pathlib.P
 # Reviews2Movielens: Amazon reviews mapped to MovieLens.
 
 
-def read_reviews2movielens(directory: str | pathlib.Path) -> RawReviews:
+def read_reviews2movielens(directory: epath.PathLike) -> RawReviews:
   """Reads the Reviews2Movielens release joined with Amazon reviews and MovieLens.
 
   Layout of `directory`:
@@ -346,8 +326,8 @@ def read_reviews2movielens(directory: str | pathlib.Path) -> RawReviews:
   Reviews whose asin has no MovieLens id, or that have no reviewText, are skipped
   and counted.
   """
-  directory = pathlib.Path(directory)
-  mapping_path = kg_files.find_file(directory, "Reviews2Movielens.csv")
+  directory = epath.Path(directory)
+  mapping_path = io.find_file(directory, "Reviews2Movielens.csv")
   if mapping_path is None:
     raise FileNotFoundError(f"{directory}: no Reviews2Movielens.csv.")
   movielens = read_movielens(directory / "movielens")
@@ -368,15 +348,15 @@ def read_reviews2movielens(directory: str | pathlib.Path) -> RawReviews:
     raise FileNotFoundError(f"{directory}: no Amazon review files (*.json or *.json.gz, JSON lines).")
   reviews: dict[str, list[str]] = collections.defaultdict(list)
   for path in review_paths:
-    for number, line in enumerate(read_lines(path), 1):
+    for number, line in io.numbered_lines(path):
       if not line.strip():
         continue
       try:
         record = json.loads(line)
       except json.JSONDecodeError as error:
-        raise ReviewFormatError(f"{path}:{number}: not a JSON object ({error.msg}).") from None
+        raise io.DataFormatError(f"{path}:{number}: not a JSON object ({error.msg}).") from None
       if not isinstance(record, dict) or not isinstance(record.get("asin"), str):
-        raise ReviewFormatError(f"{path}:{number}: expected a JSON object with a string 'asin'.")
+        raise io.DataFormatError(f"{path}:{number}: expected a JSON object with a string 'asin'.")
       movie = asin_to_movie.get(record["asin"])
       text = record.get("reviewText")
       if movie is None:
@@ -394,16 +374,16 @@ def read_reviews2movielens(directory: str | pathlib.Path) -> RawReviews:
 # Any directory of TSV files.
 
 
-def _tsv_rows(path: pathlib.Path, num_fields: int) -> Iterable[tuple[int, list[str]]]:
-  for number, line in enumerate(read_lines(path), 1):
+def _tsv_rows(path: epath.Path, num_fields: int) -> Iterable[tuple[int, list[str]]]:
+  for number, line in io.numbered_lines(path):
     fields = line.split("\t", num_fields - 1)
     if len(fields) != num_fields or not fields[0].strip():
-      raise ReviewFormatError(f"{path}:{number}: expected {num_fields} tab-separated fields with a non-empty "
-                              f"entity id: {line[:100]!r}")
+      raise io.DataFormatError(f"{path}:{number}: expected {num_fields} tab-separated fields with a non-empty "
+                               f"entity id: {line[:100]!r}")
     yield number, [fields[0].strip(), *fields[1:]]
 
 
-def read_review_tsv(directory: str | pathlib.Path) -> RawReviews:
+def read_review_tsv(directory: epath.PathLike) -> RawReviews:
   """Reads a directory of review TSV files.
 
   Layout (UTF-8, optionally gzipped):
@@ -414,10 +394,10 @@ def read_review_tsv(directory: str | pathlib.Path) -> RawReviews:
   Label rows of entities without reviews are skipped and counted; duplicate ids
   in entities.tsv and malformed rows are errors.
   """
-  directory = pathlib.Path(directory)
+  directory = epath.Path(directory)
   if not directory.is_dir():
     raise FileNotFoundError(f"Review directory {directory} does not exist.")
-  reviews_path = kg_files.find_file(directory, "reviews.tsv")
+  reviews_path = io.find_file(directory, "reviews.tsv")
   if reviews_path is None:
     raise FileNotFoundError(f"{directory}: no reviews.tsv (entity_id<TAB>text).")
   reviews: dict[str, list[str]] = collections.defaultdict(list)
@@ -425,32 +405,32 @@ def read_review_tsv(directory: str | pathlib.Path) -> RawReviews:
     reviews[entity].append(text)
   skipped: collections.Counter = collections.Counter()
   titles: dict[str, str] = {}
-  entities_path = kg_files.find_file(directory, "entities.tsv")
+  entities_path = io.find_file(directory, "entities.tsv")
   if entities_path is not None:
     for number, (entity, title) in _tsv_rows(entities_path, 2):
       if entity in titles:
-        raise ReviewFormatError(f"{entities_path}:{number}: duplicate entity id {entity!r}.")
+        raise io.DataFormatError(f"{entities_path}:{number}: duplicate entity id {entity!r}.")
       titles[entity] = title.strip()
     skipped["entities.tsv rows without reviews"] = sum(1 for e in titles if e not in reviews)
   tags: dict[str, dict[str, int]] = collections.defaultdict(dict)
-  tags_path = kg_files.find_file(directory, "tags.tsv")
+  tags_path = io.find_file(directory, "tags.tsv")
   if tags_path is not None:
     for number, (entity, tag, votes) in _tsv_rows(tags_path, 3):
       tag = tag.strip().lower()
       if not tag:
-        raise ReviewFormatError(f"{tags_path}:{number}: empty tag.")
+        raise io.DataFormatError(f"{tags_path}:{number}: empty tag.")
       if not votes.strip().isdigit() or int(votes) < 1:
-        raise ReviewFormatError(f"{tags_path}:{number}: votes {votes!r} is not a positive integer.")
+        raise io.DataFormatError(f"{tags_path}:{number}: votes {votes!r} is not a positive integer.")
       if entity not in reviews:
         skipped["tags.tsv rows of entities without reviews"] += 1
       else:
         tags[entity][tag] = tags[entity].get(tag, 0) + int(votes)
   genres: dict[str, list[str]] = collections.defaultdict(list)
-  genres_path = kg_files.find_file(directory, "genres.tsv")
+  genres_path = io.find_file(directory, "genres.tsv")
   if genres_path is not None:
     for number, (entity, genre) in _tsv_rows(genres_path, 2):
       if not genre.strip():
-        raise ReviewFormatError(f"{genres_path}:{number}: empty genre.")
+        raise io.DataFormatError(f"{genres_path}:{number}: empty genre.")
       if entity not in reviews:
         skipped["genres.tsv rows of entities without reviews"] += 1
       elif genre.strip() not in genres[entity]:

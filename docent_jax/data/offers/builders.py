@@ -17,18 +17,15 @@ configs small / medium / large / xlarge name the training set size).
 import abc
 import dataclasses
 import hashlib
-import os
-import pathlib
-import re
 from typing import Any, Iterator
 
 from absl import logging
+from etils import epath
 import tensorflow_datasets as tfds
 
-from docent_jax.data import kg_files
-from docent_jax.data import offer_files
-from docent_jax.data.builders import base
-from docent_jax.data.builders import kg_directory
+from docent_jax.data import io
+from docent_jax.data import tfds_builder
+from docent_jax.data.offers import files as offer_files
 
 PAIR_SPLITS = offer_files.PAIR_SPLITS
 WDC_SIZES = ("small", "medium", "large", "xlarge")
@@ -53,12 +50,13 @@ class OfferConfig(tfds.core.BuilderConfig):
     return None if self.max_words is None else dict(self.max_words)
 
 
-class OfferBuilder(base.Builder, skip_registration=True):
+class OfferBuilder(tfds_builder.Builder, skip_registration=True):
   """Writes the `OfferDataset` of `_read_offers` as the splits described above."""
 
   FEATURES = {
-      "index": base.integer(), "source": base.integer(), "id": base.text(), "text": base.text(),
-      "product": base.text(), "left": base.integer(), "right": base.integer(), "label": base.integer(),
+      "index": tfds_builder.integer(), "source": tfds_builder.integer(), "id": tfds_builder.text(),
+      "text": tfds_builder.text(), "product": tfds_builder.text(), "left": tfds_builder.integer(),
+      "right": tfds_builder.integer(), "label": tfds_builder.integer(),
   }
 
   @abc.abstractmethod
@@ -80,13 +78,6 @@ class OfferBuilder(base.Builder, skip_registration=True):
     return generators
 
 
-def _manual_dir(dl_manager: tfds.download.DownloadManager) -> pathlib.Path | None:
-  try:
-    return pathlib.Path(os.fspath(dl_manager.manual_dir))
-  except AssertionError:  # TFDS's signal for a missing or empty manual directory.
-    return None
-
-
 class DeepmatcherDirectory(OfferBuilder):
   """Any directory in the DeepMatcher layout; the config names the directory (see `directory_config`)."""
 
@@ -99,14 +90,11 @@ class DeepmatcherDirectory(OfferBuilder):
                                         config.word_caps())
 
 
-def directory_config(directory: str | os.PathLike[str], attributes: tuple[str, ...] | None = None,
+def directory_config(directory: epath.PathLike, attributes: tuple[str, ...] | None = None,
                      max_words: tuple[tuple[str, int], ...] | None = None) -> OfferConfig:
   """A `DeepmatcherDirectory` config named after the directory and its files, so a changed directory rebuilds."""
-  directory = pathlib.Path(directory).resolve()
-  if not directory.is_dir():
-    raise FileNotFoundError(f"DeepMatcher directory {directory} does not exist.")
-  stem = re.sub(r"[^a-z0-9]+", "_", directory.name.lower()).strip("_") or "offers"
-  name = f"{stem}_{kg_directory.directory_fingerprint(directory)}"
+  directory = tfds_builder.source_directory(directory, "DeepMatcher")
+  name = tfds_builder.directory_config_name(directory, "offers")
   if attributes is not None or max_words is not None:
     name += "_" + hashlib.sha256(repr((attributes, max_words)).encode()).hexdigest()[:8]
   return OfferConfig(name=name, attributes=attributes, max_words=max_words, directory=str(directory))
@@ -129,14 +117,14 @@ class AbtBuy(OfferBuilder):
   """
 
   def _read_offers(self, dl_manager: tfds.download.DownloadManager) -> offer_files.OfferDataset:
-    manual_dir = _manual_dir(dl_manager)
+    manual_dir = tfds_builder.manual_dir(dl_manager)
     if manual_dir is not None:
       paths = offer_files.deepmatcher_paths(manual_dir)
     else:
       logging.info("%s: no manual directory; downloading the DeepMatcher files.", self.name)
       names = {**offer_files.DEEPMATCHER_TABLES, **offer_files.DEEPMATCHER_PAIRS}
       downloaded = dl_manager.download({key: self.URL + name for key, name in names.items()})
-      paths = {key: pathlib.Path(os.fspath(path)) for key, path in downloaded.items()}
+      paths = {key: epath.Path(path) for key, path in downloaded.items()}
     return offer_files.read_deepmatcher(paths, self.builder_config.attributes, self.builder_config.word_caps())
 
 
@@ -183,18 +171,18 @@ class WdcComputers(OfferBuilder):
     size = self.builder_config.size
     return {"train": f"train.txt.{size}", "validation": f"valid.txt.{size}", "test": "test.txt"}
 
-  def _read_json(self, paths: dict[str, pathlib.Path]) -> offer_files.OfferDataset:
+  def _read_json(self, paths: dict[str, epath.Path]) -> offer_files.OfferDataset:
     return offer_files.read_wdc_json(paths["train"], paths["validation"], paths["test"],
                                      self.builder_config.attributes, self.builder_config.word_caps())
 
   def _read_offers(self, dl_manager: tfds.download.DownloadManager) -> offer_files.OfferDataset:
-    manual_dir = _manual_dir(dl_manager)
+    manual_dir = tfds_builder.manual_dir(dl_manager)
     if manual_dir is None:
       logging.info("%s: no manual directory; downloading the WDC LSPC files.", self.name)
       extracted = dl_manager.download_and_extract({key: self.URLS[key] for key in ("train", "validation")})
-      test = pathlib.Path(os.fspath(dl_manager.download(self.URLS["test"])))
+      test = epath.Path(dl_manager.download(self.URLS["test"]))
       names = self._json_names()
-      paths = {key: _find_in(pathlib.Path(os.fspath(extracted[key])), names[key]) for key in extracted}
+      paths = {key: _find_in(epath.Path(extracted[key]), names[key]) for key in extracted}
       return self._read_json({**paths, "test": test})
     json_paths = _find_all(manual_dir, self._json_names())
     if json_paths is not None:
@@ -207,15 +195,16 @@ class WdcComputers(OfferBuilder):
                             f"of {sorted(self._pair_file_names().values())}.")
 
 
-def _find_all(directory: pathlib.Path, names: dict[str, str]) -> dict[str, pathlib.Path] | None:
+def _find_all(directory: epath.Path, names: dict[str, str]) -> dict[str, epath.Path] | None:
   """key -> `directory/name` (or name.gz) for every name, None when one is missing."""
-  paths = {key: kg_files.find_file(directory, name) for key, name in names.items()}
+  paths = {key: io.find_file(directory, name) for key, name in names.items()}
   return paths if all(paths.values()) else None
 
 
-def _find_in(directory: pathlib.Path, name: str) -> pathlib.Path:
+def _find_in(directory: epath.Path, name: str) -> epath.Path:
   """The file `name` anywhere under an extracted archive."""
-  found = sorted(directory.rglob(name))
+  # Walked, not globbed: epath does not glob recursively.
+  found = sorted(root / name for root, _, files in directory.walk() if name in files)
   if not found:
     raise FileNotFoundError(f"{directory}: the downloaded archive holds no {name}.")
   return found[0]

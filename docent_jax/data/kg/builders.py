@@ -15,18 +15,16 @@ downloaded) and `kg_directory` (any directory in that layout).
 import abc
 import collections
 import dataclasses
-import hashlib
-import os
-import pathlib
 import re
 from typing import Any, Iterator, Mapping
 
 from absl import logging
+from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
-from docent_jax.data import kg_files
-from docent_jax.data.builders import base
+from docent_jax.data import tfds_builder
+from docent_jax.data.kg import files as kg_files
 
 TRIPLE_SPLITS = ("train", "validation", "test")
 TRANSDUCTIVE_SPLITS = tuple(f"transductive_{split}" for split in TRIPLE_SPLITS)
@@ -113,12 +111,13 @@ def restrict(graph: kg_files.ParsedGraph, entity_ids: list[str]) -> kg_files.Par
                for split, triples in graph.triples.items()})
 
 
-class KnowledgeGraphBuilder(base.Builder, skip_registration=True):
+class KnowledgeGraphBuilder(tfds_builder.Builder, skip_registration=True):
   """Writes a `ParsedGraph` (from `_read_graph`) as the splits described above."""
 
   FEATURES = {
-      "head": base.integer(), "relation": base.integer(), "tail": base.integer(),
-      "index": base.integer(), "id": base.text(), "text": base.text(), "label": base.integer(), "split": base.text(),
+      "head": tfds_builder.integer(), "relation": tfds_builder.integer(), "tail": tfds_builder.integer(),
+      "index": tfds_builder.integer(), "id": tfds_builder.text(), "text": tfds_builder.text(),
+      "label": tfds_builder.integer(), "split": tfds_builder.text(),
   }
   BUILDER_CONFIGS = [make_config()]
 
@@ -175,21 +174,17 @@ class _KgBertDataset(KnowledgeGraphBuilder, skip_registration=True):
   URLS: Mapping[str, str] = {}
 
   def _read_graph(self, dl_manager: tfds.download.DownloadManager) -> kg_files.ParsedGraph:
-    try:
-      manual_dir = os.fspath(dl_manager.manual_dir)
-    except AssertionError:  # TFDS's signal for a missing or empty manual directory.
-      manual_dir = None
+    manual_dir = tfds_builder.manual_dir(dl_manager)
     if manual_dir is not None:
       return kg_files.read_kg_directory(manual_dir)
     logging.info("%s: no manual directory; downloading the KG-BERT files.", self.name)
     downloaded = dl_manager.download(dict(self.URLS))
-    # The reader expects the layout's file names: link them into one directory.
-    layout = pathlib.Path(dl_manager.download_dir) / f"{self.name}_layout"
+    # The reader expects the layout's file names: copy the files into one directory under them.
+    layout = epath.Path(dl_manager.download_dir) / f"{self.name}_layout"
     layout.mkdir(parents=True, exist_ok=True)
     for name, path in downloaded.items():
-      link = layout / name
-      if not link.exists():
-        link.symlink_to(pathlib.Path(os.fspath(path)).resolve())
+      if not (layout / name).exists():
+        epath.Path(path).copy(layout / name)
     return kg_files.read_kg_directory(layout)
 
 
@@ -237,22 +232,8 @@ class KgDirectory(KnowledgeGraphBuilder):
     return kg_files.read_kg_directory(self.builder_config.directory)
 
 
-def directory_fingerprint(directory: str | os.PathLike[str]) -> str:
-  """A short hash of a directory's absolute path and its files' names, sizes and mtimes."""
-  directory = pathlib.Path(directory).resolve()
-  digest = hashlib.sha256(str(directory).encode())
-  for path in sorted(directory.iterdir()):
-    if path.is_file():
-      stat = path.stat()
-      digest.update(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-  return digest.hexdigest()[:10]
-
-
-def directory_config(directory: str | os.PathLike[str], max_entities: int | None = None, seed: int = 0) -> KgConfig:
+def directory_config(directory: epath.PathLike, max_entities: int | None = None, seed: int = 0) -> KgConfig:
   """A `KgDirectory` config named after the directory, so a changed directory rebuilds."""
-  directory = pathlib.Path(directory).resolve()
-  if not directory.is_dir():
-    raise FileNotFoundError(f"Knowledge-graph directory {directory} does not exist.")
-  stem = re.sub(r"[^a-z0-9]+", "_", directory.name.lower()).strip("_") or "kg"
-  name = f"{stem}_{directory_fingerprint(directory)}_{config_name(max_entities, seed)}"
+  directory = tfds_builder.source_directory(directory, "Knowledge-graph")
+  name = f"{tfds_builder.directory_config_name(directory, 'kg')}_{config_name(max_entities, seed)}"
   return KgConfig(name=name, max_entities=max_entities, seed=seed, directory=str(directory))

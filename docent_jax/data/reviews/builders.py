@@ -19,17 +19,15 @@ preprocessing options; its name encodes the non-default ones.
 """
 import abc
 import dataclasses
-import os
-import pathlib
 import re
 from typing import Any, Iterator
 
 from absl import logging
+from etils import epath
 import tensorflow_datasets as tfds
 
-from docent_jax.data import review_files
-from docent_jax.data.builders import base
-from docent_jax.data.builders import kg_directory
+from docent_jax.data import tfds_builder
+from docent_jax.data.reviews import files as review_files
 
 SPLITS = ("sentences", "entities", "tags", "genres")
 _DEFAULTS = review_files.PreprocessOptions()
@@ -92,13 +90,14 @@ def make_config(options: review_files.PreprocessOptions = _DEFAULTS, directory: 
   return ReviewConfig(name=name or config_name(options), directory=directory, **dataclasses.asdict(options))
 
 
-class ReviewBuilder(base.Builder, skip_registration=True):
+class ReviewBuilder(tfds_builder.Builder, skip_registration=True):
   """Writes the preprocessed reviews of `_read_reviews` as the splits described above."""
 
   FEATURES = {
-      "entity": base.integer(), "review": base.integer(), "text": base.text(),
-      "index": base.integer(), "id": base.text(), "title": base.text(), "split": base.text(),
-      "num_reviews": base.integer(), "tag": base.text(), "votes": base.integer(), "genre": base.text(),
+      "entity": tfds_builder.integer(), "review": tfds_builder.integer(), "text": tfds_builder.text(),
+      "index": tfds_builder.integer(), "id": tfds_builder.text(), "title": tfds_builder.text(),
+      "split": tfds_builder.text(), "num_reviews": tfds_builder.integer(), "tag": tfds_builder.text(),
+      "votes": tfds_builder.integer(), "genre": tfds_builder.text(),
   }
   BUILDER_CONFIGS = [make_config()]
 
@@ -132,13 +131,6 @@ class ReviewBuilder(base.Builder, skip_registration=True):
     return {split: generator for split, generator in generators.items() if split in present}
 
 
-def _manual_dir(dl_manager: tfds.download.DownloadManager) -> pathlib.Path | None:
-  try:
-    return pathlib.Path(os.fspath(dl_manager.manual_dir))
-  except AssertionError:  # TFDS's signal for a missing or empty manual directory.
-    return None
-
-
 class ImdbMovielens(ReviewBuilder):
   """IMDB reviews (aclImdb) of MovieLens ml-latest-small movies, with their tags and genres."""
 
@@ -151,14 +143,14 @@ class ImdbMovielens(ReviewBuilder):
   """
 
   def _read_reviews(self, dl_manager: tfds.download.DownloadManager) -> review_files.RawReviews:
-    manual_dir = _manual_dir(dl_manager)
+    manual_dir = tfds_builder.manual_dir(dl_manager)
     if manual_dir is not None:
       return review_files.read_aclimdb(manual_dir / "imdb_reviews" / "aclImdb",
                                        manual_dir / "movielens" / "ml-latest-small")
     logging.info("%s: no manual directory; downloading aclImdb and ml-latest-small.", self.name)
     extracted = dl_manager.download_and_extract(dict(self.URLS))
-    return review_files.read_aclimdb(pathlib.Path(os.fspath(extracted["aclimdb"])) / "aclImdb",
-                                     pathlib.Path(os.fspath(extracted["movielens"])) / "ml-latest-small")
+    return review_files.read_aclimdb(epath.Path(extracted["aclimdb"]) / "aclImdb",
+                                     epath.Path(extracted["movielens"]) / "ml-latest-small")
 
 
 class Reviews2Movielens(ReviewBuilder):
@@ -172,7 +164,7 @@ class Reviews2Movielens(ReviewBuilder):
   """
 
   def _read_reviews(self, dl_manager: tfds.download.DownloadManager) -> review_files.RawReviews:
-    manual_dir = _manual_dir(dl_manager)
+    manual_dir = tfds_builder.manual_dir(dl_manager)
     if manual_dir is None:
       raise FileNotFoundError(f"{self.name} needs a manual directory:{self.MANUAL_DOWNLOAD_INSTRUCTIONS}")
     return review_files.read_reviews2movielens(manual_dir)
@@ -188,12 +180,8 @@ class ReviewTsv(ReviewBuilder):
     return review_files.read_review_tsv(self.builder_config.directory)
 
 
-def directory_config(directory: str | os.PathLike[str],
-                     options: review_files.PreprocessOptions = _DEFAULTS) -> ReviewConfig:
+def directory_config(directory: epath.PathLike, options: review_files.PreprocessOptions = _DEFAULTS) -> ReviewConfig:
   """A `ReviewTsv` config named after the directory and its files, so a changed directory rebuilds."""
-  directory = pathlib.Path(directory).resolve()
-  if not directory.is_dir():
-    raise FileNotFoundError(f"Review directory {directory} does not exist.")
-  stem = re.sub(r"[^a-z0-9]+", "_", directory.name.lower()).strip("_") or "reviews"
-  name = f"{stem}_{kg_directory.directory_fingerprint(directory)}_{config_name(options)}"
+  directory = tfds_builder.source_directory(directory, "Review")
+  name = f"{tfds_builder.directory_config_name(directory, 'reviews')}_{config_name(options)}"
   return make_config(options, directory=str(directory), name=name)

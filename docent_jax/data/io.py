@@ -1,0 +1,81 @@
+"""The one text reader of every dataset file, and the one error it raises.
+
+Files are UTF-8, gzipped when their name ends in `.gz`, at any `etils.epath` path (so `gs://`
+works). A byte-order mark at the start is dropped and LF, CRLF and CR all end a line, so a file
+saved by a spreadsheet or an old editor parses like any other. Every error names the file and line.
+"""
+from collections.abc import Iterator
+import gzip
+from typing import BinaryIO
+
+from etils import epath
+
+_BYTE_ORDER_MARK = b"\xef\xbb\xbf"
+# What bytes.strip() removes within a line: a file of nothing else is empty.
+_BLANK = " \t\x0b\x0c"
+
+
+class DataFormatError(ValueError):
+  """A dataset file is malformed; the message names the file and line."""
+
+
+def find_file(directory: epath.PathLike, name: str) -> epath.Path | None:
+  """Returns `directory/name` or `directory/name.gz`, None when neither exists."""
+  directory = epath.Path(directory)
+  plain, zipped = directory / name, directory / (name + ".gz")
+  if plain.exists() and zipped.exists():
+    raise DataFormatError(f"{directory}: both {name} and {name}.gz exist; keep one.")
+  if plain.exists():
+    return plain
+  return zipped if zipped.exists() else None
+
+
+def numbered_lines(path: epath.PathLike) -> Iterator[tuple[int, str]]:
+  """Yields (line number from 1, line without its line end) of a text file, streaming.
+
+  A last line without a line end counts; a line end at the very end adds no empty line.
+
+  Raises:
+    DataFormatError: the file is empty (nothing but blanks) or holds bytes that are not UTF-8.
+  """
+  path = epath.Path(path)
+  with path.open("rb") as file:
+    if path.suffix == ".gz":
+      with gzip.GzipFile(fileobj=file) as unzipped:
+        yield from _decode(path, unzipped)
+    else:
+      yield from _decode(path, file)
+
+
+def read_lines(path: epath.PathLike) -> list[str]:
+  """All lines of a text file (see `numbered_lines`), for readers that index or count them."""
+  return [line for _, line in numbered_lines(path)]
+
+
+def _decode(path: epath.Path, file: BinaryIO) -> Iterator[tuple[int, str]]:
+  """The lines of `numbered_lines`; blank lines before the first text wait until the file proves non-empty."""
+  number = 0
+  held_back: list[tuple[int, str]] = []
+  has_text = False
+  for raw in file:
+    if number == 0:
+      raw = raw.removeprefix(_BYTE_ORDER_MARK)
+    # `raw` ends at LF (or the end of the file); a CR before it is part of the line end, any other CR ends a line.
+    body = raw.removesuffix(b"\n").removesuffix(b"\r")
+    try:
+      text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+      line = number + body[:error.start].count(b"\r") + 1
+      raise DataFormatError(f"{path}:{line}: bytes that are not valid UTF-8 ({error.reason}).") from None
+    for line in text.split("\r"):
+      number += 1
+      if has_text:
+        yield number, line
+      elif line.strip(_BLANK):
+        has_text = True
+        yield from held_back
+        yield number, line
+      else:
+        held_back.append((number, line))
+  if not has_text:
+    raise DataFormatError(f"{path}: file is empty.")

@@ -1,0 +1,79 @@
+"""Evaluators registered by name; a config lists the ones a run reports in `config.evals`.
+
+An evaluator is a function `(objective, params, **options) -> {'<split>/<metric>': number}`: the
+objective holds the run's data and its model's forward functions (encode entities, score pairs),
+the evaluator turns params into metrics with the pure functions of `evaluation/`. Objective modules
+register their evaluators; the trainer runs the ones a config lists, every `every_steps` steps
+(TensorBoard, best checkpoint) and at the end on the reported params (results.json):
+
+  config.evals = {
+      "validation": dict(type="link_prediction", splits=("validation",), every_steps=100),
+      "test": dict(type="link_prediction", splits=("test",)),   # every_steps 0: at the end only
+  }
+
+`report_as` names the model a metric is reported under in results.json (default: the run's name).
+"""
+from collections.abc import Callable
+import dataclasses
+import time
+from typing import Any
+
+from absl import logging
+import ml_collections
+
+Evaluator = Callable[..., dict[str, float]]
+_REGISTRY: dict[str, Evaluator] = {}
+# Keys of an entry of `config.evals` that are not options of its evaluator.
+ENTRY_KEYS = ("type", "every_steps", "report_as")
+
+
+def register(name: str) -> Callable[[Evaluator], Evaluator]:
+  """Decorator: registers an evaluator under `name` (unique)."""
+
+  def decorator(fn: Evaluator) -> Evaluator:
+    if name in _REGISTRY and _REGISTRY[name] is not fn:
+      raise ValueError(f"Evaluator {name!r} is registered twice.")
+    _REGISTRY[name] = fn
+    return fn
+
+  return decorator
+
+
+def registered() -> list[str]:
+  return sorted(_REGISTRY)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSpec:
+  """One entry of `config.evals`."""
+  name: str
+  type: str
+  every_steps: int
+  report_as: str
+  options: dict[str, Any]
+
+  def due(self, step: int, last_step: int) -> bool:
+    """Periodic evaluators run every `every_steps` steps and at the last step."""
+    return self.every_steps > 0 and (step % self.every_steps == 0 or step == last_step)
+
+  def run(self, objective: Any, params: Any) -> dict[str, float]:
+    started = time.time()
+    metrics = _REGISTRY[self.type](objective, params, **self.options)
+    logging.info("Evaluator %s (%s): %.1f s.", self.name, self.type, time.time() - started)
+    return {key: float(value) for key, value in metrics.items()}
+
+
+def specs(config: ml_collections.ConfigDict) -> list[EvalSpec]:
+  """The evaluators a run's config lists, validated (unknown types and bad steps name the config key)."""
+  result = []
+  for name, entry in config.get("evals", {}).items():
+    entry = entry.to_dict() if isinstance(entry, ml_collections.ConfigDict) else dict(entry)
+    kind = entry.get("type", name)
+    if kind not in _REGISTRY:
+      raise ValueError(f"config.evals.{name}.type: unknown evaluator {kind!r}; registered: {registered()}.")
+    every_steps = int(entry.get("every_steps", 0))
+    if every_steps < 0:
+      raise ValueError(f"config.evals.{name}.every_steps must be >= 0 (0: at the end only); got {every_steps}.")
+    options = {k: v for k, v in entry.items() if k not in ENTRY_KEYS}
+    result.append(EvalSpec(name, kind, every_steps, entry.get("report_as") or config.name, options))
+  return result

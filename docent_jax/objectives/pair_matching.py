@@ -1,0 +1,119 @@
+"""Offer-pair classifiers trained end to end (Peeters & Bizer's fine-tuning), as ordinary trainer runs.
+
+  * `pair_matching`: the bi-encoder `PairClassifier` (mean-pooled BERT per offer, a logistic head on
+    [u, v, |u - v|, u * v]). It fine-tunes the encoder of the run it starts from (`model_init`, e.g.
+    a SupCon pre-training); with `model.head_init = 'probe'` its head starts at that encoder's
+    linear probe (linear probing, then fine-tuning), else fresh.
+  * `cross_encoder`: BERT over `[CLS] a [SEP] b [SEP]` and the same head, from the pretrained BERT:
+    the baseline without contrastive pre-training.
+Both train on the labelled training pairs with binary cross-entropy (batches reshuffled each epoch)
+and are scored by the `pair_matching` evaluator of this module on a split's pairs.
+"""
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+import ml_collections
+import numpy as np
+import optax
+
+from docent_jax import evaluators
+from docent_jax import parallel
+from docent_jax.data import pipeline
+from docent_jax.data import tokenization
+from docent_jax.data.offers import corpus as offer_corpus
+from docent_jax.data.offers import files as offer_files
+from docent_jax.evaluation import pair_matching
+from docent_jax.models import pair_classifier
+from docent_jax.models import pretrained
+from docent_jax.objectives import base
+
+HEAD_INITS = ("fresh", "probe")
+
+
+class PairMatchingObjective(base.Objective):
+  """A bi-encoder pair classifier, fine-tuned from the encoder of the run it starts from."""
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
+    super().__init__(config, mesh)
+    if config.model.get("head_init", "fresh") not in HEAD_INITS:
+      raise ValueError(f"Unknown model.head_init {config.model.head_init!r}; valid: {list(HEAD_INITS)}.")
+    self.corpus = offer_corpus.load_offer_corpus(config.data.dataset, data_dir=config.data.tfds_data_dir,
+                                                 manual_dir=config.data.manual_dir)
+    self.pairs = {split: pair_matching.check_pairs(p, self.corpus.num_offers, split)
+                  for split, p in self.corpus.pairs.items()}
+    self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
+                                               extra_special_tokens=(offer_files.COL_TOKEN, offer_files.VAL_TOKEN))
+    if self.tokenizer.pad_token_id != 0:
+      raise ValueError(f"Tokenizer {config.model.tokenizer!r} pads with id {self.tokenizer.pad_token_id}; the pair "
+                       "models need padding id 0.")
+    self.bert_config, self._bert_params = pretrained.load_or_create_bert(
+        config.model.pretrained, config.model.bert.to_dict(), len(self.tokenizer))
+    self.model = self.create_model()
+    self.inputs = self.pair_inputs()
+
+  def create_model(self) -> Any:
+    return pair_classifier.PairClassifier(self.bert_config, dtype=jnp.dtype(self.config.model.dtype))
+
+  def pair_inputs(self) -> dict[str, np.ndarray]:
+    """Per split, the token ids [m, 2, max_len] of each pair's two offers."""
+    tokens = tokenization.tokenize_texts(self.tokenizer, self.corpus.texts, self.config.data.max_len)
+    return {split: tokens[pairs[:, :2]] for split, pairs in self.pairs.items()}
+
+  def init_variables(self, rng: jax.Array) -> Any:
+    return self.model.init(rng, jnp.zeros((1, 2, self.config.data.max_len), jnp.int32))["params"]
+
+  def pretrained_params(self) -> dict[str, Any]:
+    """The encoder of the run this one starts from and, with `head_init = 'probe'`, its linear probe's head."""
+    if self.parent is None:
+      raise ValueError(f"{self.config.name}: objective 'pair_matching' fine-tunes another run's encoder; set "
+                       "config.model_init to that run (a workdir, or a model of this config).")
+    parent, parent_params = self.parent
+    params = {"bert": jax.device_get(parent_params["bert"])}
+    if self.config.model.get("head_init", "fresh") == "probe":
+      probe = parent.linear_probe(parent_params)
+      params["head"] = {"output": {"kernel": probe.weights[:, None], "bias": np.array([probe.bias], np.float32)}}
+    return params
+
+  def train_batches(self, seed: int) -> Any:
+    inputs, labels = self.inputs["train"], self.pairs["train"][:, 2].astype(np.int32)
+    read = lambda rows: {"inputs": inputs[rows], "label": labels[rows]}
+    return pipeline.process_batches(len(labels), read, global_batch_size=self.config.train.global_batch_size,
+                                    seed=seed)
+
+  def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    logits = self.model.apply({"params": params}, batch["inputs"], deterministic=False, rngs={"dropout": rng})
+    labels = batch["label"].astype(jnp.float32)
+    loss = optax.sigmoid_binary_cross_entropy(logits, labels).mean()
+    return loss, {"loss": loss, "accuracy": jnp.mean((logits > 0) == (labels > 0))}
+
+  def logits(self, params: Any, split: str) -> np.ndarray:
+    """[m] logits of the split's pairs."""
+    apply = lambda p, x: self.model.apply({"params": p}, x)
+    return parallel.map_batches(apply, params, self.inputs[split], batch_size=self.config.eval.batch_size,
+                                mesh=self.mesh, what="pairs")
+
+
+class CrossEncoderObjective(PairMatchingObjective):
+  """A cross-encoder pair classifier from the pretrained BERT (no contrastive pre-training)."""
+
+  def create_model(self) -> Any:
+    return pair_classifier.CrossEncoder(self.bert_config, dtype=jnp.dtype(self.config.model.dtype))
+
+  def pair_inputs(self) -> dict[str, np.ndarray]:
+    """Per split, the token ids and token types [m, 2, max_len] of `[CLS] left [SEP] right [SEP]`."""
+    texts = self.corpus.texts
+    return {split: tokenization.tokenize_pairs(self.tokenizer, [texts[i] for i in pairs[:, 0]],
+                                               [texts[i] for i in pairs[:, 1]], self.config.data.max_len)
+            for split, pairs in self.pairs.items()}
+
+  def pretrained_params(self) -> dict[str, Any]:
+    return {} if self._bert_params is None else {"bert": self._bert_params}
+
+
+@evaluators.register("pair_matching")
+def evaluate_pair_matching(objective: PairMatchingObjective, params: Any, split: str = "test") -> dict[str, float]:
+  """`<split>/{precision, recall, f1, loss}` of the classifier on the split's labelled pairs."""
+  metrics = pair_matching.match_metrics(objective.logits(params, split), objective.pairs[split][:, 2])
+  return {f"{split}/{k}": v for k, v in metrics.items()}

@@ -1,0 +1,69 @@
+"""The import graph of the package: no cycles, and evaluation/ imports no trainer, objective or dataset."""
+import ast
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "docent_jax"
+# evaluation/ turns arrays into metrics: it may not depend on how a model is trained or where data comes from.
+EVALUATION_MAY_NOT_IMPORT = ("docent_jax.train", "docent_jax.objectives", "docent_jax.checkpoints",
+                             "docent_jax.data.kg", "docent_jax.data.reviews", "docent_jax.data.offers")
+
+
+def _module_name(path: pathlib.Path) -> str:
+  name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+  return name.removesuffix(".__init__")
+
+
+def import_graph() -> dict[str, set[str]]:
+  """Module -> the package's modules it imports (`from a import b` counts b when b is a module)."""
+  modules = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+  graph = {}
+  for name, path in modules.items():
+    targets = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+      if isinstance(node, ast.Import):
+        targets |= {alias.name for alias in node.names}
+      elif isinstance(node, ast.ImportFrom) and node.module:
+        submodules = {f"{node.module}.{alias.name}" for alias in node.names} & modules.keys()
+        targets |= submodules or {node.module}
+    graph[name] = {t for t in targets if t in modules and t != name}
+  return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+  """One import cycle (a list of modules, first = last), or None."""
+  state = {}
+
+  def visit(module, stack):
+    state[module] = "active"
+    for target in sorted(graph[module]):
+      if state.get(target) == "active":
+        return stack[stack.index(target):] + [target]
+      if target not in state:
+        cycle = visit(target, stack + [target])
+        if cycle:
+          return cycle
+    state[module] = "done"
+    return None
+
+  for module in sorted(graph):
+    if module not in state:
+      cycle = visit(module, [module])
+      if cycle:
+        return cycle
+  return None
+
+
+def test_the_package_has_no_import_cycle():
+  assert find_cycle(import_graph()) is None
+
+
+def test_find_cycle_finds_one():
+  assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+  assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_evaluation_imports_no_trainer_objective_or_dataset():
+  graph = import_graph()
+  wrong = sorted((module, target) for module, targets in graph.items() if module.startswith("docent_jax.evaluation")
+                 for target in targets if target.startswith(EVALUATION_MAY_NOT_IMPORT))
+  assert not wrong
