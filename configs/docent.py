@@ -24,6 +24,7 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.objective = f"docent_{variant}"
   config.name = f"docent_{variant}"
   config.seed = 0
+  config.model_init = ""  # A run to start from: a model of this config, or any finished run's workdir.
 
   config.data = common.data(dataset or "imdb_movielens", max_len=64)
 

@@ -41,6 +41,7 @@ def get_config(arg: str = "abt_buy") -> ml_collections.ConfigDict:
   config.objective = "supcon"
   config.name = "supcon"
   config.seed = 0
+  config.model_init = ""  # A run to start from: a model of this config, or any finished run's workdir.
 
   # Offers are serialized name first, so truncation to max_len cuts long descriptions, not names.
   config.data = common.data(DATASETS.get(arg, arg), max_len=64)

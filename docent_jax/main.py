@@ -10,6 +10,7 @@ from absl import flags
 from absl import logging
 import jax
 from ml_collections import config_flags
+import tensorflow_datasets as tfds
 
 from docent_jax import parallel
 from docent_jax import train
@@ -43,6 +44,7 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if not FLAGS.library_logs:
     logging.get_absl_handler().addFilter(ProjectInfoFilter())
+    tfds.disable_progress_bar()
   if FLAGS.coordinator_address or FLAGS.multihost:
     parallel.initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
   logging.info("Config %s on %d %s device(s); workdir %s.", FLAGS.config.name, jax.device_count(),

@@ -137,8 +137,9 @@ class Trainer:
     metrics = self.evaluate(state.params, specs)
     flat = {k: v for m in metrics.values() for k, v in m.items()}
     writer.write_scalars(step, flat)
-    logging.info("%s step %d: %s", self.config.name, step,
-                 ", ".join(f"{k}={v:.4g}" for k, v in sorted(flat.items()) if "num_" not in k))
+    # The console gets the headline numbers (`<split>/<metric>`); TensorBoard gets all.
+    headline = {k: v for k, v in flat.items() if k.count("/") == 1 and "num_" not in k}
+    logging.info("%s step %d: %s", self.config.name, step, ", ".join(f"{k}={v:.4g}" for k, v in sorted(headline.items())))
     if best is not None and best.metric in flat:
       best.offer(step, state.params, flat)
     return metrics
@@ -193,6 +194,7 @@ class Trainer:
       if due:
         manager.wait_until_finished()
         last_metrics = self._evaluate_periodic(step, state, due, writer, best)
+        timer = (time.time(), step)  # Steps/s and ETA count training only.
     if latest is None and num_steps == 0:
       # Nothing to train: the initial state still serves --mode=evaluate and later stages.
       checkpoints.save(manager, 0, state, batches, force=True)
@@ -234,7 +236,10 @@ class Trainer:
     writer.write_scalars(self.config.train.num_steps,
                          {f"final/{k}": v for m in metrics.values() for k, v in m.items()})
     writer.flush()
-    return {f"{spec.report_as}/{key}": value for spec in self.evals for key, value in metrics[spec.name].items()}
+    results = {f"{spec.report_as}/{key}": value for spec in self.evals for key, value in metrics[spec.name].items()}
+    headline = {k: v for k, v in results.items() if k.count("/") == 2 and "num_" not in k}
+    logging.info("%s final: %s", self.config.name, ", ".join(f"{k}={v:.4g}" for k, v in sorted(headline.items())))
+    return results
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:

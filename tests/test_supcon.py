@@ -2,7 +2,9 @@
 import json
 import pathlib
 
+import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from configs import supcon as supcon_config
@@ -120,3 +122,43 @@ def test_evaluate_mode_restores_every_run_and_trains_nothing(products_dir, tmp_p
   (workdir / train.RESULTS_FILE).unlink()
   assert train.evaluate(config, workdir) == pytest.approx(results, rel=1e-5)
   assert sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*") if "checkpoints" in p.parts) == snapshot
+
+
+class _Interrupted(Exception):
+  pass
+
+
+def _stage_params(workdir: pathlib.Path, run: str, step: int):
+  return ocp.StandardCheckpointer().restore(workdir / run / "checkpoints" / str(step) / "state")["params"]
+
+
+def test_a_run_interrupted_during_fine_tuning_resumes_that_stage_exactly(products_dir, tmp_path, monkeypatch):
+  config = tiny_config(products_dir, tmp_path / "tfds")
+  config.baselines = {}
+  uninterrupted = train.train_and_evaluate(config, tmp_path / "uninterrupted")
+
+  compile_train_step = train.Trainer.compile_train_step
+
+  def stopping_at_step_3(self, state):
+    step_fn = compile_train_step(self, state)
+    if self.config.name != "supcon_trained":
+      return step_fn
+
+    def step(state, batch):
+      if int(state.step) == 3:  # Steps 1-3 ran; step 2 was checkpointed.
+        raise _Interrupted()
+      return step_fn(state, batch)
+
+    return step
+
+  monkeypatch.setattr(train.Trainer, "compile_train_step", stopping_at_step_3)
+  with pytest.raises(_Interrupted):
+    train.train_and_evaluate(config, tmp_path / "resumed")
+  assert (tmp_path / "resumed" / "supcon_trained" / "checkpoints" / "2").is_dir()
+  assert not (tmp_path / "resumed" / "supcon_trained" / "checkpoints" / "5").exists()
+  monkeypatch.setattr(train.Trainer, "compile_train_step", compile_train_step)
+  resumed = train.train_and_evaluate(config, tmp_path / "resumed")
+  for a, b in zip(jax.tree.leaves(_stage_params(tmp_path / "resumed", "supcon_trained", 5)),
+                  jax.tree.leaves(_stage_params(tmp_path / "uninterrupted", "supcon_trained", 5)), strict=True):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+  assert resumed == pytest.approx(uninterrupted, abs=1e-6)
