@@ -96,10 +96,16 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
 
 
-def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
-  """Assembles global arrays from this process's part of the batch (every process calls this)."""
-  sharding = batch_sharding(mesh)
-  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in local_batch.items()}
+def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh,
+                 shared_keys: Sequence[str] = ()) -> dict[str, jax.Array]:
+  """Assembles global arrays from this process's part of the batch (every process calls this).
+
+  Arrays under `shared_keys` are whole values of the batch that every process passes in full (e.g.
+  candidate labels scored against every row); they are replicated instead of split over the data axis.
+  """
+  rows, shared = batch_sharding(mesh), replicated(mesh)
+  return {k: jax.make_array_from_process_local_data(shared if k in shared_keys else rows, np.asarray(v))
+          for k, v in local_batch.items()}
 
 
 def pad_to_multiple(array: np.ndarray, multiple: int) -> tuple[np.ndarray, int]:

@@ -102,9 +102,10 @@ class Trainer:
     return TrainState(step=jax.device_put(jnp.zeros((), jnp.int32), shardings.step), params=params,
                       opt_state=opt_state)
 
-  def compile_train_step(self, state: TrainState):
+  def compile_train_step(self, state: TrainState, batch_shardings: Any = None):
+    """The jitted step; batches are split over the data axis unless `batch_shardings` says otherwise."""
     state_shardings = jax.tree.map(lambda x: x.sharding, state)
-    batch_sharding = parallel.batch_sharding(self.mesh)
+    batch_sharding = parallel.batch_sharding(self.mesh) if batch_shardings is None else batch_shardings
     step_rng = jax.random.fold_in(self.rng, 1)
 
     def train_step(state: TrainState, batch: dict[str, jax.Array]) -> tuple[TrainState, dict[str, jax.Array]]:
@@ -167,12 +168,14 @@ class Trainer:
     writer = self._writer()
     if start == 0:
       writer.write_hparams({k: v for k, v in _flatten(config.to_dict()).items() if isinstance(v, (int, float, str))})
-    train_step = self.compile_train_step(state)
+    train_step = None
     periodic = [spec for spec in self.evals if spec.every_steps]
     logging.info("%s: training from step %d to %d on mesh %s.", config.name, start, num_steps, dict(self.mesh.shape))
     last_metrics, timer = {}, (time.time(), start)
     for step in range(start + 1, num_steps + 1):
-      batch = parallel.global_batch(next(batches), self.mesh)
+      batch = parallel.global_batch(next(batches), self.mesh, self.objective.shared_batch_keys)
+      if train_step is None:
+        train_step = self.compile_train_step(state, jax.tree.map(lambda x: x.sharding, batch))
       state, metrics = train_step(state, batch)
       saving = manager.should_save(step) or step == num_steps
       if step % config.train.log_every_steps == 0 or saving:
@@ -295,9 +298,13 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, train
   results, reported = {}, {}
   for index, run_config in enumerate(model_configs(config)):
     started = time.time()
-    trainer = Trainer(run_config, workdir / run_config.name)
-    if run_config.get("model_init"):
-      trainer.objective.start_from(*_model_init(run_config.model_init, workdir, reported))
+    try:
+      trainer = Trainer(run_config, workdir / run_config.name)
+      if run_config.get("model_init"):
+        trainer.objective.start_from(*_model_init(run_config.model_init, workdir, reported))
+    except objectives.base.SkipRun as reason:
+      logging.warning("%s: skipped: %s", run_config.name, reason)
+      continue
     if index == 0:
       results.update(trainer.objective.baselines())
     params, computed = trainer.train() if train else (trainer.restore_params(), {})

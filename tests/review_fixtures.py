@@ -43,7 +43,7 @@ def tiny_config(reviews_dir, tfds_dir, negatives="in_batch", variant="dual"):
   config.eval.batch_size = 8
   config.eval.tag_finetune_steps = 8
   config.eval.tag_learning_rate = 1e-3
-  config.eval.tag_items_per_step = 4
+  config.eval.tag_items_per_step = 8  # Rows split over the 8 test devices.
   config.eval.tag_tags_per_step = 2  # Below the 4 tags: candidates are sampled.
   config.eval.bos_sentences_per_movie = 2
   return config

@@ -9,7 +9,7 @@ from docent_jax import train
 
 
 def test_unknown_objective_lists_valid_ones():
-  with pytest.raises(ValueError, match="valid objectives: \\[.blp., .cross_encoder., .docent_dual., .docent_full., .docent_hybrid., .pair_matching., .supcon.\\]"):
+  with pytest.raises(ValueError, match="valid objectives: \\[.blp., .cross_encoder., .docent_dual., .docent_full., .docent_hybrid., .pair_matching., .supcon., .tag_finetuning.\\]"):
     objectives.get_objective("relic")
 
 

@@ -30,7 +30,12 @@ def test_dual_trains_and_writes_search_and_tag_metrics_beside_baselines(reviews_
   # A movie's theme word is in its own reviews only.
   assert results["tfidf/test/tags_map"] == pytest.approx(1.0)
   assert results["docent_dual/test/tags_open0.5_num_train_tags"] == 2
-  assert not any("genres" in key for key in results)  # The tiny corpus has no genres.
+  assert not any("genres" in key for key in results)  # The tiny corpus has no genres: that run is skipped.
+  # Each tag-prediction task is a fine-tuning run of its own, from the trained model's params.
+  for run in ("docent_dual_tags", "docent_dual_tags_open"):
+    assert (tmp_path / run / "checkpoints" / "8").is_dir(), run
+    assert list((tmp_path / run).glob("events.out.tfevents.*")), run
+  assert not (tmp_path / "docent_dual_genres" / "checkpoints").exists()
 
 
 def test_full_softmax_on_a_mesh_matches_one_device(reviews_dir, reviews_tfds_dir):

@@ -139,8 +139,8 @@ def test_a_run_interrupted_during_fine_tuning_resumes_that_stage_exactly(product
 
   compile_train_step = train.Trainer.compile_train_step
 
-  def stopping_at_step_3(self, state):
-    step_fn = compile_train_step(self, state)
+  def stopping_at_step_3(self, state, *args):
+    step_fn = compile_train_step(self, state, *args)
     if self.config.name != "supcon_trained":
       return step_fn
 

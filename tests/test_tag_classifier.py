@@ -56,9 +56,14 @@ def classifier():
   bert_params = bert.BertModel(config, add_pooler=False).init(jax.random.key(0), tokens, tokens)["params"]
   mesh = parallel.create_mesh(ml_collections.ConfigDict(dict(shape=(2, 4))))
   options = tag_finetuning.FinetuneOptions(num_steps=150, learning_rate=3e-3, items_per_step=8, tags_per_step=24)
-  return tag_classifier.TagClassifier(docent_full.DocentFull(config, num_entities=1), bert_params,
-                                      pretrained.load_tokenizer("minilm-l6"), max_len=16, options=options,
-                                      batch_size=16, mesh=mesh)
+  tokenizer = pretrained.load_tokenizer("minilm-l6")
+  scorer = tag_classifier.PairClassifierScorer(docent_full.DocentFull(config, num_entities=1),
+                                               slot_id=tokenizer.mask_token_id, sep_id=tokenizer.sep_token_id,
+                                               pad_id=tokenizer.pad_token_id, batch_size=16, mesh=mesh)
+  head = {"kernel": np.random.default_rng(0).normal(0.0, config.initializer_range, _DIM).astype(np.float32),
+          "bias": np.zeros((), np.float32)}
+  return tag_finetuning.Finetuner(scorer, {"bert": bert_params, "head": head}, tokenizer, max_len=16,
+                                  options=options)
 
 
 def test_classifier_learns_a_toy_task_from_fixed_entity_rows(classifier):

@@ -108,17 +108,3 @@ class PairClassifierScorer(tag_finetuning.TagScorer):
       logits = parallel.map_batches(score, constants, pairs, batch_size=self.batch_size, mesh=self.mesh)
       scores[:, tags] = logits.reshape(len(item_vectors), len(tags))
     return scores
-
-
-class TagClassifier(tag_finetuning.Finetuner):
-  """FULL's tag predictor: `model`'s BERT from `bert_params` and a fresh head, fitted with entity rows fixed."""
-
-  def __init__(self, model: docent_full.DocentFull, bert_params: Any, tokenizer: Any, *, max_len: int,
-               options: tag_finetuning.FinetuneOptions, batch_size: int, mesh: Mesh):
-    scorer = PairClassifierScorer(model, slot_id=tokenizer.mask_token_id, sep_id=tokenizer.sep_token_id,
-                                  pad_id=tokenizer.pad_token_id, batch_size=batch_size, mesh=mesh)
-    config = model.config
-    head = {"kernel": np.random.default_rng(options.seed).normal(0.0, config.initializer_range,
-                                                                   config.hidden_size).astype(np.float32),
-            "bias": np.zeros((), np.float32)}
-    super().__init__(scorer, {"bert": bert_params, "head": head}, tokenizer, max_len=max_len, options=options)

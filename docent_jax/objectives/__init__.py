@@ -5,6 +5,7 @@ from docent_jax.objectives import docent_full
 from docent_jax.objectives import docent_hybrid
 from docent_jax.objectives import pair_matching
 from docent_jax.objectives import supcon
+from docent_jax.objectives import tag_finetuning
 from docent_jax.objectives.base import Objective
 
 OBJECTIVES: dict[str, type[Objective]] = {
@@ -15,6 +16,7 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "docent_hybrid": docent_hybrid.DocentHybridObjective,
     "pair_matching": pair_matching.PairMatchingObjective,
     "supcon": supcon.SupconObjective,
+    "tag_finetuning": tag_finetuning.TagFinetuningObjective,
 }
 
 

@@ -12,8 +12,16 @@ import ml_collections
 import numpy as np
 
 
+class SkipRun(Exception):
+  """The run does not apply to its data (e.g. tag prediction on a corpus without tags); the reason is logged."""
+
+
 class Objective(abc.ABC):
   """One training objective over one dataset. The trainer owns devices, optimisation and checkpoints."""
+
+  # Batch entries that are whole values of the step (every process passes them in full, replicated),
+  # not rows split over the data axis.
+  shared_batch_keys: tuple[str, ...] = ()
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     self.config = config

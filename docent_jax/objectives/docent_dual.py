@@ -50,6 +50,12 @@ def search_tasks(corpus: review_corpus.ReviewCorpus,
   return tasks
 
 
+def label_sets(corpus: review_corpus.ReviewCorpus, tag_vote_threshold: int) -> list[tag_finetuning.LabelSet]:
+  """MovieLens tags (votes; positive at `tag_vote_threshold`) and genres (one vote each)."""
+  return [tag_finetuning.LabelSet("tags", list(corpus.tags), corpus.tag_votes.toarray(), tag_vote_threshold),
+          tag_finetuning.LabelSet("genres", list(corpus.genres), corpus.genre_labels.astype(np.int32), 1)]
+
+
 class ReviewBaselines:
   """Tag fine-tuning and the untrained baselines every DOCENT objective reports beside its own numbers.
 
@@ -62,12 +68,7 @@ class ReviewBaselines:
                                        options=tag_finetuning.finetune_options(self.config.eval, self.config.seed))
 
   def _label_sets(self) -> list[tag_finetuning.LabelSet]:
-    """MovieLens tags (votes) and genres (one vote each), leaving out a corpus' empty vocabulary."""
-    corpus = self.corpus
-    sets = [tag_finetuning.LabelSet("tags", list(corpus.tags), corpus.tag_votes.toarray(),
-                                    self.config.eval.tag_vote_threshold),
-            tag_finetuning.LabelSet("genres", list(corpus.genres), corpus.genre_labels.astype(np.int32), 1)]
-    return [s for s in sets if s.texts]
+    return [s for s in label_sets(self.corpus, self.config.eval.tag_vote_threshold) if s.texts]
 
   def _entity_init_sentences(self) -> tuple[np.ndarray, np.ndarray]:
     """Indices and token rows of the up to `model.entity_init_sentences` sentences per entity that
@@ -204,10 +205,6 @@ class DocentDualObjective(ReviewBaselines, base.Objective):
     table = self.model.apply({"params": params}, method=dual_encoder.DualEncoder.entity_table)
     return self.corpus.entity_ids, np.asarray(jax.device_get(table))
 
-  def tag_encoder_params(self, params: Any) -> Any:
-    """The BERT params the tag encoder f(t) is fine-tuned from: the trained sentence encoder's."""
-    return params["bert"]
-
   def search(self, params: Any) -> dict[str, float]:
     """Zero-shot movie search by P(e | query): cosine of the query's f(q) and g(e)."""
     _, table = self.export_embeddings(params)
@@ -217,24 +214,8 @@ class DocentDualObjective(ReviewBaselines, base.Objective):
       results.update({f"{split}/{k}": v for k, v in movie_search.evaluate_search(scores, queries).items()})
     return results
 
-  def tag_prediction(self, params: Any) -> dict[str, float]:
-    """Tag and genre prediction on the held-out movies by a tag encoder fine-tuned against frozen g(e)."""
-    _, table = self.export_embeddings(params)
-    train, test = (tag_finetuning.Items(table[m], m) for m in (self.corpus.entity_split["train"],
-                                                                self.corpus.entity_split["test"]))
-    tags = tag_finetuning.evaluate_tag_tasks(
-        self._tag_finetuner(self.tag_encoder_params(params)), self._label_sets(), train, test,
-        open_vocabulary_fractions=self.config.eval.open_vocabulary_fractions, seed=self.config.seed)
-    return {f"test/{k}": v for k, v in tags.items()}
-
 
 @evaluators.register("movie_search")
 def evaluate_movie_search(objective: Any, params: Any) -> dict[str, float]:
   """Zero-shot movie search with tag queries (any DOCENT objective's `search`): `test/` and `all/` movies."""
   return objective.search(params)
-
-
-@evaluators.register("tag_prediction")
-def evaluate_tag_prediction(objective: Any, params: Any) -> dict[str, float]:
-  """Tag and genre prediction on the held-out movies (any DOCENT objective's `tag_prediction`)."""
-  return objective.tag_prediction(params)

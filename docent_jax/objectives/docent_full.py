@@ -25,8 +25,6 @@ from docent_jax.data import tokenization
 from docent_jax.data.reviews import corpus as review_corpus
 from docent_jax.data.reviews import pipeline as review_pipeline
 from docent_jax.evaluation import movie_search
-from docent_jax.evaluation import tag_classifier
-from docent_jax.evaluation import tag_finetuning
 from docent_jax.models import bert
 from docent_jax.models import docent_full
 from docent_jax.models import masking
@@ -198,14 +196,6 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
     _, _, table = self.model.apply({"params": params}, method=docent_full.DocentFull.output_tables)
     return self.corpus.entity_ids, np.asarray(jax.device_get(table))
 
-  def _tag_classifier(self, params: Any) -> tag_classifier.TagClassifier:
-    """The (entity, tag) classifier, fine-tuned from the trained BERT; the entity rows are its fixed inputs."""
-    config = self.config
-    return tag_classifier.TagClassifier(
-        self.model, params["bert"], self.tokenizer, max_len=config.data.max_len,
-        options=tag_finetuning.finetune_options(config.eval, config.seed), batch_size=config.eval.batch_size,
-        mesh=self.mesh)
-
   def search(self, params: Any) -> dict[str, float]:
     """Zero-shot movie search on the tag queries of the evaluated movies, by P(e | query)."""
     results = {}
@@ -214,13 +204,3 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
       scores = self.entity_scores(params, queries.queries)[:, movies]
       results.update({f"{split}/{k}": v for k, v in movie_search.evaluate_search(scores, queries).items()})
     return results
-
-  def tag_prediction(self, params: Any) -> dict[str, float]:
-    """Tag prediction on held-out movies by the pair classifier, entity rows fixed."""
-    _, table = self.export_embeddings(params)
-    train, test = (tag_finetuning.Items(table[m], m) for m in (self.corpus.entity_split["train"],
-                                                                self.corpus.entity_split["test"]))
-    tags = tag_finetuning.evaluate_tag_tasks(
-        self._tag_classifier(params), self._label_sets(), train, test,
-        open_vocabulary_fractions=self.config.eval.open_vocabulary_fractions, seed=self.config.seed)
-    return {f"test/{k}": v for k, v in tags.items()}

@@ -1,0 +1,161 @@
+"""DOCENT tag prediction as a fine-tuning run (Zemlyanskiy et al., EACL 2021): a scorer of (movie, tag)
+pairs trained against the frozen entity vectors of the DOCENT model the run starts from (`model_init`).
+
+One run per task of `config.tags`: a label set ('tags': MovieLens tags, 'genres') and the fraction of
+its vocabulary trained on (1.0: closed vocabulary, every label scored; below 1: open vocabulary,
+the other labels scored, as `tag_prediction.split_tag_vocabulary` splits them). The scorer is
+  * 'dual' (DUAL, HYBRID): score(e, t) = g(e) . f(t), f the mean-pooled BERT fine-tuned from the
+    model's sentence encoder, a vote-weighted softmax over sampled candidate tags;
+  * 'pair_classifier' (FULL): a logistic head on [CLS] of `[CLS] e [SEP] tag [SEP]`, BERT fine-tuned
+    from the model's, the entity rows fixed inputs (`evaluation.tag_classifier`).
+Each step samples training movies and candidate tags (seeded by the step, so a resumed run draws the
+same steps). The `tag_prediction` evaluator scores the held-out movies: `test/<task>_<metric>`.
+"""
+from typing import Any
+
+import flax.linen as nn
+import grain
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+import ml_collections
+import numpy as np
+
+from docent_jax import evaluators
+from docent_jax.data import pipeline
+from docent_jax.data.reviews import corpus as review_corpus
+from docent_jax.evaluation import tag_classifier
+from docent_jax.evaluation import tag_finetuning
+from docent_jax.evaluation import tag_prediction
+from docent_jax.models import bert
+from docent_jax.models import docent_full
+from docent_jax.models import pretrained
+from docent_jax.objectives import base
+from docent_jax.objectives import docent_dual
+
+SCORERS = ("dual", "pair_classifier")
+LABEL_SETS = ("tags", "genres")
+# Open-vocabulary runs report fewer numbers: the ones of the paper's curve.
+OPEN_VOCABULARY_METRICS = ("map", "auc", "p@5", "ndcg@10", "num_entities")
+
+
+class TagFinetuningObjective(base.Objective):
+  """Fits a tag scorer to the known labels of the training movies, their entity vectors frozen."""
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
+    super().__init__(config, mesh)
+    task = config.tags
+    if task.scorer not in SCORERS:
+      raise ValueError(f"Unknown tags.scorer {task.scorer!r}; valid: {list(SCORERS)}.")
+    if task.label_set not in LABEL_SETS:
+      raise ValueError(f"Unknown tags.label_set {task.label_set!r}; valid: {list(LABEL_SETS)}.")
+    if not 0.0 < task.vocabulary_fraction <= 1.0:
+      raise ValueError(f"tags.vocabulary_fraction must be in (0, 1]; got {task.vocabulary_fraction}.")
+    self.corpus = review_corpus.load_review_corpus(
+        config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
+    self.label_set = {s.name: s for s in docent_dual.label_sets(self.corpus, config.eval.tag_vote_threshold)
+                      }[task.label_set]
+    num_labels = len(self.label_set.texts)
+    if not num_labels:
+      raise base.SkipRun(f"{self.corpus.name} has no {task.label_set}.")
+    if task.vocabulary_fraction < 1.0:
+      self.train_tags, self.eval_tags = tag_prediction.split_tag_vocabulary(num_labels, task.vocabulary_fraction,
+                                                                            config.seed)
+    else:
+      self.train_tags = self.eval_tags = np.arange(num_labels)
+    self.options = tag_finetuning.finetune_options(config.eval, config.seed)
+    self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
+    self.bert_config, _ = pretrained.load_or_create_bert(config.model.pretrained, config.model.bert.to_dict(),
+                                                         self.tokenizer.vocab_size)
+    texts = self.label_set.texts
+    self.train_tokens = tag_finetuning.label_tokens(self.tokenizer, [texts[t] for t in self.train_tags],
+                                                    config.data.max_len)
+    self.eval_tokens = tag_finetuning.label_tokens(self.tokenizer, [texts[t] for t in self.eval_tags],
+                                                   config.data.max_len)
+    movies = self.corpus.entity_split
+    self.train_movies, self.test_movies = movies["train"], movies["test"]
+    self.train_votes = self.label_set.votes[np.ix_(self.train_movies, self.train_tags)]
+    labelled = self.train_votes.any(axis=1)
+    if not labelled.any():
+      raise base.SkipRun(f"no training movie has a known {task.label_set} label among the trained ones.")
+    self.train_movies, self.train_votes = self.train_movies[labelled], self.train_votes[labelled]
+    self.scorer = self._scorer(task.scorer)
+    self.shared_batch_keys = ("tag_tokens",) if task.scorer == "dual" else ()
+    self.entity_vectors: np.ndarray | None = None
+
+  def _scorer(self, name: str) -> tag_finetuning.TagScorer:
+    encoder = bert.BertModel(self.bert_config, add_pooler=False)
+    if name == "dual":
+      return tag_finetuning.DualScorer(encoder)
+    tokenizer = self.tokenizer
+    model = docent_full.DocentFull(self.bert_config, num_entities=self.corpus.num_entities)
+    return tag_classifier.PairClassifierScorer(model, slot_id=tokenizer.mask_token_id, sep_id=tokenizer.sep_token_id,
+                                               pad_id=tokenizer.pad_token_id, batch_size=self.config.eval.batch_size,
+                                               mesh=self.mesh)
+
+  def start_from(self, parent: base.Objective, parent_params: Any) -> None:
+    """Takes the DOCENT model's entity vectors (frozen inputs) and its BERT (what the scorer fine-tunes)."""
+    super().start_from(parent, parent_params)
+    _, self.entity_vectors = parent.export_embeddings(parent_params)
+
+  def init_variables(self, rng: jax.Array) -> Any:
+    tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
+    bert_params = bert.BertModel(self.bert_config, add_pooler=False).init(rng, tokens, tokens)["params"]
+    if self.config.tags.scorer == "dual":
+      return bert_params
+    head = nn.with_logical_partitioning(nn.initializers.normal(self.bert_config.initializer_range), ("embed",))
+    return {"bert": bert_params, "head": {"kernel": head(jax.random.fold_in(rng, 1), (self.bert_config.hidden_size,)),
+                                          "bias": jnp.zeros((), jnp.float32)}}
+
+  def pretrained_params(self) -> dict[str, Any]:
+    if self.parent is None:
+      raise ValueError(f"{self.config.name}: objective 'tag_finetuning' fine-tunes a DOCENT model's BERT; set "
+                       "config.model_init to that run.")
+    _, parent_params = self.parent
+    trained_bert = jax.device_get(parent_params["bert"])
+    return trained_bert if self.config.tags.scorer == "dual" else {"bert": trained_bert}
+
+  def _vectors(self) -> np.ndarray:
+    if self.entity_vectors is None:
+      raise ValueError(f"{self.config.name}: no entity vectors; the run must start from a DOCENT model (model_init).")
+    return np.asarray(self.entity_vectors, np.float32)
+
+  def train_batches(self, seed: int) -> Any:
+    """One sampled step per record: training movies' vectors, candidate tags' tokens and their votes."""
+    vectors = self._vectors()[self.train_movies]
+    rows = pipeline.process_rows(self.options.items_per_step, "eval.tag_items_per_step")
+
+    def step(index: int) -> dict[str, np.ndarray]:
+      rng = np.random.default_rng((seed, index))
+      items, tags = self.scorer.sample(rng, self.train_votes, self.options)
+      # [c] tags: every item with every candidate (shared); [b, k]: each item's own.
+      votes = self.train_votes[items[:, None], tags]
+      local = {"vectors": vectors[items][rows], "votes": votes[rows]}
+      local["tag_tokens"] = self.train_tokens[tags] if tags.ndim == 1 else self.train_tokens[tags][rows]
+      return local
+
+    return grain.MapDataset.range(np.iinfo(np.int32).max).map(step).to_iter_dataset()
+
+  def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    del rng  # The scorers are deterministic (as in the paper's fine-tuning of f(t)).
+    loss = self.scorer.loss(params, batch["vectors"], batch["tag_tokens"], batch["votes"],
+                            self.options.vote_weighting)
+    return loss, {"loss": loss}
+
+  def evaluate(self, params: Any) -> dict[str, float]:
+    """Metrics of the held-out movies' scores on the evaluated labels, keyed `test/<task>_<metric>`."""
+    scores = self.scorer.scores(params, self._vectors()[self.test_movies], self.eval_tokens)
+    metrics = tag_finetuning.evaluate_label_scores(scores, self.label_set, self.test_movies, self.eval_tags)
+    task = self.config.tags
+    if task.vocabulary_fraction >= 1.0:
+      return {f"test/{task.label_set}_{k}": v for k, v in metrics.items()}
+    prefix = f"test/{task.label_set}_open{task.vocabulary_fraction:g}"
+    metrics = {k: v for k, v in metrics.items() if k in OPEN_VOCABULARY_METRICS}
+    metrics.update(num_train_tags=len(self.train_tags), num_heldout_tags=len(self.eval_tags))
+    return {f"{prefix}_{k}": v for k, v in metrics.items()}
+
+
+@evaluators.register("tag_prediction")
+def evaluate_tag_prediction(objective: TagFinetuningObjective, params: Any) -> dict[str, float]:
+  """Tag (or genre) prediction on the held-out movies with the fine-tuned scorer."""
+  return objective.evaluate(params)
