@@ -114,6 +114,9 @@ class Trainer:
       updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
       params = optax.apply_updates(state.params, updates)
       metrics["grad_norm"] = optax.global_norm(grads)
+      # 1 while every updated param is finite: checked before a state is saved.
+      finite = jnp.stack([jnp.isfinite(p).all() for p in jax.tree.leaves(params)])
+      metrics["params_finite"] = jnp.all(finite).astype(jnp.float32)
       return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
     return jax.jit(train_step, in_shardings=(state_shardings, batch_sharding),
@@ -181,9 +184,10 @@ class Trainer:
       if step % config.train.log_every_steps == 0 or saving:
         metrics = jax.device_get(metrics)
         bad = sorted(k for k, v in metrics.items() if not np.all(np.isfinite(v)))
+        bad += [] if metrics["params_finite"] else ["params"]
         if bad:
-          raise FloatingPointError(f"{config.name} step {step}: non-finite {', '.join(bad)} "
-                                   f"({ {k: float(metrics[k]) for k in bad} }); stopped before saving this state.")
+          raise FloatingPointError(f"{config.name} step {step}: non-finite {', '.join(bad)}; stopped before saving "
+                                   "this state (lower optim.learning_rate, or check the data).")
         if step % config.train.log_every_steps == 0 or step == num_steps:
           seconds = time.time() - timer[0]
           metrics["steps_per_sec"] = (step - timer[1]) / max(seconds, 1e-9)

@@ -215,3 +215,16 @@ def test_evaluation_during_training_reaches_tensorboard_and_the_best_params_are_
   assert results["blp_transe/test/mrr"] == pytest.approx(test.run(trainer.objective, best_params)["test/mrr"], abs=1e-6)
   # Final numbers reach TensorBoard too.
   assert _scalars(run_dir, "final/test/mrr")[8] == pytest.approx(results["blp_transe/test/mrr"], abs=1e-6)
+
+
+def test_a_non_finite_loss_stops_the_run_before_its_state_is_saved(kg_dir, tfds_dir, tmp_path):
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  config.optim.learning_rate = 1e30
+  config.optim.warmup_steps = 0
+  config.train.log_every_steps = 1
+  with pytest.raises(FloatingPointError, match=r"blp_transe step \d: non-finite .*stopped before saving"):
+    train.Trainer(config, tmp_path).train()
+  saved = [int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()]
+  for step in saved:  # Whatever was saved before the stop is finite.
+    params = ocp.StandardCheckpointer().restore(tmp_path / "checkpoints" / str(step) / "state")["params"]
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(params)), step

@@ -6,6 +6,7 @@ saved by a spreadsheet or an old editor parses like any other. Every error names
 """
 from collections.abc import Iterator
 import gzip
+import json
 from typing import BinaryIO
 
 from etils import epath
@@ -45,6 +46,20 @@ def numbered_lines(path: epath.PathLike) -> Iterator[tuple[int, str]]:
         yield from _decode(path, unzipped)
     else:
       yield from _decode(path, file)
+
+
+def json_lines(path: epath.PathLike) -> Iterator[tuple[int, dict]]:
+  """(line number, object) of each non-blank line of a JSON-lines file; a line that is no JSON object is an error."""
+  for number, line in numbered_lines(path):
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as error:
+      raise DataFormatError(f"{path}:{number}: not a JSON object ({error.msg}).") from None
+    if not isinstance(record, dict):
+      raise DataFormatError(f"{path}:{number}: expected a JSON object, found {type(record).__name__}.")
+    yield number, record
 
 
 def read_lines(path: epath.PathLike) -> list[str]:

@@ -66,6 +66,7 @@ class SupconObjective(base.Objective):
     self.encoder = bert.BertModel(self.bert_config, dtype=jnp.dtype(config.model.dtype), add_pooler=False)
     self.labels = offer_labels_of(self.corpus, config.loss.labels, fraction=config.loss.correspondence_fraction,
                                   seed=config.seed)
+    self._probe = None
 
   def init_variables(self, rng: jax.Array) -> Any:
     tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
@@ -108,8 +109,14 @@ class SupconObjective(base.Objective):
 
   def linear_probe(self, params: Any, c_values: tuple[float, ...] = pair_matching.PROBE_C_VALUES
                    ) -> pair_matching.LinearProbe:
-    """A logistic regression on the pair features of the frozen encoder's offer vectors."""
-    return pair_matching.fit_linear_probe(self.offer_vectors(params), self.corpus.pairs, c_values=c_values)
+    """A logistic regression on the pair features of the frozen encoder's offer vectors.
+
+    Kept for the last params: the evaluator and a fine-tuning run whose head starts from it share one fit.
+    """
+    if self._probe is None or self._probe[0] is not params or self._probe[1] != tuple(c_values):
+      probe = pair_matching.fit_linear_probe(self.offer_vectors(params), self.corpus.pairs, c_values=c_values)
+      self._probe = (params, tuple(c_values), probe)
+    return self._probe[2]
 
 
 @evaluators.register("pair_probe")

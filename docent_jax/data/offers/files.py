@@ -25,9 +25,8 @@ Every format error (`io.DataFormatError`) names the file and line.
 """
 import csv
 import dataclasses
-import json
 import re
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from absl import logging
 from etils import epath
@@ -325,19 +324,6 @@ def read_wdc_pair_files(paths: Mapping[str, epath.PathLike], attributes: Sequenc
 # WDC LSPC json (the original training sets, validation pair ids and gold standard).
 
 
-def _json_lines(path: epath.Path) -> Iterable[tuple[int, dict[str, Any]]]:
-  for number, line in io.numbered_lines(path):
-    if not line.strip():
-      continue
-    try:
-      record = json.loads(line)
-    except json.JSONDecodeError as error:
-      raise io.DataFormatError(f"{path}:{number}: not a JSON object ({error.msg}).") from None
-    if not isinstance(record, dict):
-      raise io.DataFormatError(f"{path}:{number}: expected a JSON object, found {type(record).__name__}.")
-    yield number, record
-
-
 def _wdc_offer(path: epath.Path, number: int, record: dict[str, Any], side: str,
                attributes: Sequence[str]) -> tuple[str, Attributes, str]:
   """(id, cleaned attributes, cluster id) of one side of a WDC json pair."""
@@ -391,7 +377,7 @@ def read_wdc_json(train_path: epath.PathLike, validation_path: epath.PathLike, t
   found_validation = set()
   for file_split, path in (("train", train_path), ("test", test_path)):
     number = 0
-    for number, record in _json_lines(path):
+    for number, record in io.json_lines(path):
       sides = []
       for side in ("left", "right"):
         identifier, offer, cluster = _wdc_offer(path, number, record, side, attributes)

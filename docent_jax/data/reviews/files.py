@@ -12,7 +12,6 @@ import collections
 import csv
 import dataclasses
 import html
-import json
 import re
 from typing import Iterable, Mapping, Sequence
 
@@ -348,14 +347,8 @@ def read_reviews2movielens(directory: epath.PathLike) -> RawReviews:
     raise FileNotFoundError(f"{directory}: no Amazon review files (*.json or *.json.gz, JSON lines).")
   reviews: dict[str, list[str]] = collections.defaultdict(list)
   for path in review_paths:
-    for number, line in io.numbered_lines(path):
-      if not line.strip():
-        continue
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as error:
-        raise io.DataFormatError(f"{path}:{number}: not a JSON object ({error.msg}).") from None
-      if not isinstance(record, dict) or not isinstance(record.get("asin"), str):
+    for number, record in io.json_lines(path):
+      if not isinstance(record.get("asin"), str):
         raise io.DataFormatError(f"{path}:{number}: expected a JSON object with a string 'asin'.")
       movie = asin_to_movie.get(record["asin"])
       text = record.get("reviewText")
