@@ -83,19 +83,24 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
       "tags_open": tag_prediction(config, scorer, "tags", 0.5),
   })
 
-  config.baselines = ml_collections.ConfigDict()
+  # BoS-BERT: the same tag fine-tuning with review sentences of the pretrained encoder as items.
+  config.baselines = ml_collections.ConfigDict({
+      f"bos_bert_{label_set}": tag_prediction(config, "dual", label_set, 1.0, items="sentences",
+                                              report_as="bos_bert")
+      for label_set in ("tags", "genres")})
   return config
 
 
-def tag_prediction(config: ml_collections.ConfigDict, scorer: str, label_set: str, vocabulary_fraction: float) -> dict:
+def tag_prediction(config: ml_collections.ConfigDict, scorer: str, label_set: str, vocabulary_fraction: float, *,
+                   items: str = "entities", report_as: str = "{model}") -> dict:
   """A tag-prediction fine-tuning run; its budget and optimizer follow `config.eval.tag_*`."""
   evaluation = config.eval
   return dict(
       objective="tag_finetuning",
-      tags=dict(scorer=scorer, label_set=label_set, vocabulary_fraction=vocabulary_fraction),
+      tags=dict(scorer=scorer, label_set=label_set, vocabulary_fraction=vocabulary_fraction, items=items),
       optim=dict(learning_rate=evaluation.get_ref("tag_learning_rate"), warmup_steps=0,
                  weight_decay=evaluation.get_ref("tag_weight_decay"), lr_multipliers=()),
       train=dict(num_steps=evaluation.get_ref("tag_finetune_steps"), log_every_steps=25, checkpoint_every_steps=50),
-      evals=dict(tags=dict(type="tag_prediction", report_as="{model}")),
+      evals=dict(tags=dict(type="tag_prediction", report_as=report_as)),
       finetune={},
   )

@@ -11,7 +11,7 @@ from docent_jax.evaluation import tag_finetuning
 from docent_jax.models import bert
 from docent_jax.models import docent_full
 from docent_jax.models import pretrained
-from test_tag_finetuning import _DIM, _TAGS, _toy_task
+from test_tag_finetuning import _DIM, _TAGS, fit, toy_task
 
 
 def test_loss_weights_known_pairs_by_votes_and_never_counts_them_as_negatives():
@@ -48,58 +48,41 @@ def test_sampled_pairs_hold_one_known_tag_then_distinct_unknown_tags():
   assert sorted(tags[0]) == [0, 1, 2]
 
 
-@pytest.fixture(scope="module")
-def classifier():
+def test_classifier_learns_a_toy_task_from_fixed_entity_rows():
   config = bert.BertConfig.from_hf_dict(dict(vocab_size=30522, hidden_size=_DIM, num_hidden_layers=1,
                                              num_attention_heads=4, intermediate_size=64))
   tokens = jnp.zeros((1, 8), jnp.int32)
   bert_params = bert.BertModel(config, add_pooler=False).init(jax.random.key(0), tokens, tokens)["params"]
   mesh = parallel.create_mesh(ml_collections.ConfigDict(dict(shape=(2, 4))))
-  options = tag_finetuning.FinetuneOptions(num_steps=150, learning_rate=3e-3, items_per_step=8, tags_per_step=24)
   tokenizer = pretrained.load_tokenizer("minilm-l6")
   scorer = tag_classifier.PairClassifierScorer(docent_full.DocentFull(config, num_entities=1),
                                                slot_id=tokenizer.mask_token_id, sep_id=tokenizer.sep_token_id,
                                                pad_id=tokenizer.pad_token_id, batch_size=16, mesh=mesh)
   head = {"kernel": np.random.default_rng(0).normal(0.0, config.initializer_range, _DIM).astype(np.float32),
           "bias": np.zeros((), np.float32)}
-  return tag_finetuning.Finetuner(scorer, {"bert": bert_params, "head": head}, tokenizer, max_len=16,
-                                  options=options)
-
-
-def test_classifier_learns_a_toy_task_from_fixed_entity_rows(classifier):
-  train, train_votes = _toy_task(24, seed=1)  # Entity rows near one of 4 directions, one per tag.
-  test, test_votes = _toy_task(12, seed=2)
-  train_rows, test_rows = train.vectors, test.vectors
+  initial = {"bert": bert_params, "head": head}
+  train_rows, train_votes = toy_task(24, seed=1)  # Entity rows near one of 4 directions, one per tag.
+  test_rows, test_votes = toy_task(12, seed=2)
   label_set = tag_finetuning.LabelSet("tags", _TAGS, np.concatenate([train_votes, test_votes]), vote_threshold=1)
   test_movies = np.arange(24, 36)
+  tag_tokens = tag_finetuning.label_tokens(tokenizer, _TAGS, 16)
   auc = lambda scores: tag_finetuning.evaluate_label_scores(scores, label_set, test_movies)["auc"]
-  untrained = classifier.scores(classifier.initial_params, _TAGS, test_rows)
+  untrained = scorer.scores(initial, test_rows, tag_tokens)
   rows_before = train_rows.copy()
-  params = classifier.fit(_TAGS, train_rows, train_votes)
+  options = tag_finetuning.StepOptions(items_per_step=8, tags_per_step=24)
+  params = fit(scorer, initial, train_rows, train_votes, tag_tokens, options, num_steps=150, learning_rate=3e-3)
   np.testing.assert_array_equal(train_rows, rows_before)
   assert set(params) == {"bert", "head"}  # The entity rows are inputs, not parameters.
-  scores = classifier.scores(params, _TAGS, test_rows)
+  scores = scorer.scores(params, test_rows, tag_tokens)
   assert auc(scores) > 0.95 and auc(untrained) < 0.8
   # Every entry is its own pair's logit (item-major; tags of different lengths are scored apart),
   # and the pair's entity row is what it reads.
   texts = _TAGS + ["a lonely cowboy rides his horse to a dusty saloon at midnight"]
-  tokens = tag_finetuning.label_tokens(classifier.tokenizer, texts, 16)
+  tokens = tag_finetuning.label_tokens(tokenizer, texts, 16)
   assert (tokens != 0).sum(axis=1).max() > 8 >= (tokens[:-1] != 0).sum(axis=1).max()
-  scores = classifier.scores(params, texts, test_rows)
+  scores = scorer.scores(params, test_rows, tokens)
   items, tags = np.array([0, 5, 11, 7, 3]), np.array([3, 0, 2, 1, 4])
-  direct = classifier.scorer.logits(params, test_rows[items], tokens[tags])
+  direct = scorer.logits(params, test_rows[items], tokens[tags])
   np.testing.assert_allclose(scores[items, tags], direct, rtol=1e-5, atol=1e-5)
-  swapped = classifier.scores(params, texts, test_rows[::-1])
+  swapped = scorer.scores(params, test_rows[::-1], tokens)
   np.testing.assert_allclose(swapped, scores[::-1], rtol=1e-5, atol=1e-5)
-
-
-def test_closed_and_open_vocabulary_tasks_run_through_the_shared_driver(classifier):
-  train, train_votes = _toy_task(24, seed=1)
-  test, test_votes = _toy_task(12, seed=2)
-  label_set = tag_finetuning.LabelSet("tags", _TAGS, np.concatenate([train_votes, test_votes]), vote_threshold=2)
-  results = tag_finetuning.evaluate_tag_tasks(classifier, [label_set], train,
-                                              tag_finetuning.Items(test.vectors, np.arange(24, 36)),
-                                              open_vocabulary_fractions=(0.5,))
-  assert results["tags_auc"] > 0.95 and results["tags_p@1"] > 0.8
-  assert results["tags_num_entities"] == 8  # The 4 test movies with a single vote are below the threshold.
-  assert results["tags_open0.5_num_train_tags"] == 2 and 0.0 <= results["tags_open0.5_auc"] <= 1.0

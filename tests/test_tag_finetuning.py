@@ -1,9 +1,12 @@
 """Tag prediction by a fine-tuned tag encoder: loss, sampling, subsampling and learning on a toy task."""
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
+import optax
 import pytest
 
+from docent_jax import optim
 from docent_jax.evaluation import tag_finetuning
 from docent_jax.models import bert
 from docent_jax.models import pretrained
@@ -45,7 +48,7 @@ def test_sampled_candidates_hold_the_batch_known_tags_and_are_distinct():
   _, tags = tag_finetuning.sample_step(rng, votes[:, :6], items_per_step=4, tags_per_step=10)
   np.testing.assert_array_equal(tags, np.arange(6))  # Few tags: every tag, every step.
   with pytest.raises(ValueError, match="vote weighting"):
-    tag_finetuning.FinetuneOptions(vote_weighting="sqrt")
+    tag_finetuning.StepOptions(vote_weighting="sqrt")
 
 
 def test_subsample_keeps_at_most_k_sentences_of_each_chosen_entity():
@@ -59,8 +62,8 @@ def test_subsample_keeps_at_most_k_sentences_of_each_chosen_entity():
                                                                          seed=2))
 
 
-def _toy_task(num_items: int, seed: int) -> tuple[tag_finetuning.Items, np.ndarray]:
-  """Items near one of 4 random unit directions, tagged with that direction's tag (1..3 votes)."""
+def toy_task(num_items: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+  """Item vectors near one of 4 random unit directions, tagged with that direction's tag (1..3 votes)."""
   rng = np.random.default_rng(seed)
   directions = np.random.default_rng(0).normal(size=(len(_TAGS), _DIM))
   theme = np.arange(num_items) % len(_TAGS)
@@ -68,37 +71,44 @@ def _toy_task(num_items: int, seed: int) -> tuple[tag_finetuning.Items, np.ndarr
   vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
   votes = np.zeros((num_items, len(_TAGS)), np.int32)
   votes[np.arange(num_items), theme] = 1 + np.arange(num_items) % 3
-  return tag_finetuning.Items(vectors.astype(np.float32), np.arange(num_items)), votes
+  return vectors.astype(np.float32), votes
 
 
-def test_finetuned_tag_encoder_learns_a_toy_task_and_reports_closed_and_open_metrics():
+def fit(scorer, params, vectors, votes, tag_tokens, options, *, num_steps: int, learning_rate: float):
+  """Fine-tunes a scorer's params by its own sampling and loss (the trainer's optimizer, no warm-up)."""
+  optimizer = optim.create_optimizer(ml_collections.ConfigDict(dict(
+      learning_rate=learning_rate, warmup_steps=0, weight_decay=0.0, grad_clip_norm=1.0, b1=0.9, b2=0.999,
+      eps=1e-8, lr_multipliers=())), num_steps)
+  step = jax.jit(lambda p, s, v, t, w: (lambda g: optimizer.update(g, s, p))(
+      jax.grad(scorer.loss)(p, v, t, w, options.vote_weighting)))
+  state, rng = optimizer.init(params), np.random.default_rng(0)
+  for _ in range(num_steps):
+    items, tags = scorer.sample(rng, votes, options)
+    updates, state = step(params, state, vectors[items], tag_tokens[tags], votes[items[:, None], tags])
+    params = optax.apply_updates(params, updates)
+  return params
+
+
+def test_finetuned_tag_encoder_learns_a_toy_task():
   config = bert.BertConfig.from_hf_dict(dict(vocab_size=30522, hidden_size=_DIM, num_hidden_layers=1,
                                              num_attention_heads=4, intermediate_size=64))
   tokens = jnp.zeros((1, 8), jnp.int32)
   params = bert.BertModel(config, add_pooler=False).init(jax.random.key(0), tokens, tokens)["params"]
-  tokenizer = pretrained.load_tokenizer("minilm-l6")
-  options = tag_finetuning.FinetuneOptions(num_steps=40, learning_rate=3e-3, items_per_step=8, tags_per_step=2)
-  finetuner = tag_finetuning.TagFinetuner(config, jax.tree.map(np.asarray, params), tokenizer, max_len=8,
-                                          options=options)
-  train_items, train_votes = _toy_task(24, seed=1)
-  test_items, test_votes = _toy_task(12, seed=2)
-  votes = np.concatenate([train_votes, test_votes])
-  train = tag_finetuning.Items(train_items.vectors, np.arange(24))
-  test = tag_finetuning.Items(test_items.vectors, np.arange(24, 36))
-  label_set = tag_finetuning.LabelSet("tags", _TAGS, votes, vote_threshold=2)
-
-  untrained = test.vectors @ finetuner.tag_vectors(finetuner.initial_params, _TAGS).T
-  untrained_auc = tag_finetuning.evaluate_label_scores(untrained, label_set, test.entity)["auc"]
-  results = tag_finetuning.evaluate_tag_tasks(finetuner, [label_set], train, test, open_vocabulary_fractions=(0.5,))
-  assert results["tags_auc"] == pytest.approx(1.0) and results["tags_auc"] > untrained_auc
-  assert results["tags_p@1"] == pytest.approx(1.0)
-  assert results["tags_num_entities"] == 8  # The 4 test movies with a single vote are below the threshold.
-  assert results["tags_open0.5_num_train_tags"] == 2 and results["tags_open0.5_num_heldout_tags"] == 2
-  assert 0.0 <= results["tags_open0.5_auc"] <= 1.0
-  # Sentences as items: a movie's scores are the mean over its sentences.
-  sentences = tag_finetuning.Items(np.repeat(test.vectors, 2, axis=0), np.repeat(test.entity, 2))
-  bag = tag_finetuning.evaluate_tag_tasks(finetuner, [label_set], train, sentences)
-  assert bag["tags_auc"] == pytest.approx(results["tags_auc"]) and bag["tags_num_entities"] == 8
-  # No test movie reaches the threshold: nothing is fitted or reported.
-  strict = tag_finetuning.LabelSet("tags", _TAGS, votes, vote_threshold=4)
-  assert tag_finetuning.evaluate_tag_tasks(finetuner, [strict], train, test) == {"tags_num_entities": 0}
+  scorer = tag_finetuning.DualScorer(bert.BertModel(config, add_pooler=False))
+  tag_tokens = tag_finetuning.label_tokens(pretrained.load_tokenizer("minilm-l6"), _TAGS, 8)
+  train_vectors, train_votes = toy_task(24, seed=1)
+  test_vectors, test_votes = toy_task(12, seed=2)
+  label_set = tag_finetuning.LabelSet("tags", _TAGS, np.concatenate([train_votes, test_votes]), vote_threshold=2)
+  test_movies = np.arange(24, 36)
+  metrics = lambda p: tag_finetuning.evaluate_label_scores(scorer.scores(p, test_vectors, tag_tokens), label_set,
+                                                           test_movies)
+  untrained = metrics(params)
+  options = tag_finetuning.StepOptions(items_per_step=8, tags_per_step=2)
+  trained = metrics(fit(scorer, params, train_vectors, train_votes, tag_tokens, options, num_steps=40,
+                        learning_rate=3e-3))
+  assert trained["auc"] == pytest.approx(1.0) and trained["auc"] > untrained["auc"]
+  assert trained["p@1"] == pytest.approx(1.0)
+  assert trained["num_entities"] == 8  # The 4 test movies with a single vote are below the threshold.
+  # No test movie reaches the threshold: nothing is reported.
+  strict = tag_finetuning.LabelSet("tags", _TAGS, label_set.votes, vote_threshold=4)
+  assert tag_finetuning.evaluate_label_scores(np.zeros((12, 4)), strict, test_movies) == {"num_entities": 0}

@@ -82,7 +82,7 @@ class PairClassifierScorer(tag_finetuning.TagScorer):
     return states.astype(jnp.float32) @ params["head"]["kernel"] + params["head"]["bias"]
 
   def sample(self, rng: np.random.Generator, item_votes: np.ndarray,
-             options: tag_finetuning.FinetuneOptions) -> tuple[np.ndarray, np.ndarray]:
+             options: tag_finetuning.StepOptions) -> tuple[np.ndarray, np.ndarray]:
     return sample_pairs(rng, item_votes, options.items_per_step,
                         max(2, options.tags_per_step // options.items_per_step))
 

@@ -57,15 +57,10 @@ def label_sets(corpus: review_corpus.ReviewCorpus, tag_vote_threshold: int) -> l
 
 
 class ReviewBaselines:
-  """Tag fine-tuning and the untrained baselines every DOCENT objective reports beside its own numbers.
+  """The untrained baselines every DOCENT objective reports beside its own numbers, and shared set-up helpers.
 
   Needs `config`, `corpus`, `tokenizer`, `mesh`, `model.config` (the BERT config) and `_bert_params`.
   """
-
-  def _tag_finetuner(self, bert_params: Any) -> tag_finetuning.TagFinetuner:
-    return tag_finetuning.TagFinetuner(self.model.config, bert_params, self.tokenizer,
-                                       max_len=self.config.data.max_len,
-                                       options=tag_finetuning.finetune_options(self.config.eval, self.config.seed))
 
   def _label_sets(self) -> list[tag_finetuning.LabelSet]:
     return [s for s in label_sets(self.corpus, self.config.eval.tag_vote_threshold) if s.texts]
@@ -89,7 +84,7 @@ class ReviewBaselines:
     return nn.unbox(encoder.init(jax.random.key(self.config.seed), tokens, tokens)["params"])
 
   def baselines(self) -> dict[str, float]:
-    """Search: BM25, bag of sentences (`bos`); tags, genres: `top_tags`, `tfidf`, BoS-BERT (`bos_bert`)."""
+    """Search: BM25, bag of sentences (`bos`); tags, genres: `top_tags`, `tfidf` (BoS-BERT is a fine-tuning run)."""
     corpus, config = self.corpus, self.config.eval
     documents = [[] for _ in range(corpus.num_entities)]
     for sentence, entity in zip(corpus.sentences, corpus.sentence_entity):
@@ -127,10 +122,6 @@ class ReviewBaselines:
           ("tfidf", tag_prediction.tfidf_tag_scores(movie_texts, label_set.texts)[test_movies])):
         metrics = tag_finetuning.evaluate_label_scores(scores, label_set, test_movies)
         results.update({f"{name}/test/{label_set.name}_{k}": v for k, v in metrics.items()})
-    train, test = (tag_finetuning.Items(sentence_vectors[in_split(m)], sentence_entity[in_split(m)])
-                   for m in (train_movies, test_movies))
-    bos_bert = tag_finetuning.evaluate_tag_tasks(self._tag_finetuner(bert_params), self._label_sets(), train, test)
-    results.update({f"bos_bert/test/{k}": v for k, v in bos_bert.items()})
     logging.info("Baselines: %s", results)
     return results
 

@@ -3,7 +3,10 @@ pairs trained against the frozen entity vectors of the DOCENT model the run star
 
 One run per task of `config.tags`: a label set ('tags': MovieLens tags, 'genres') and the fraction of
 its vocabulary trained on (1.0: closed vocabulary, every label scored; below 1: open vocabulary,
-the other labels scored, as `tag_prediction.split_tag_vocabulary` splits them). The scorer is
+the other labels scored, as `tag_prediction.split_tag_vocabulary` splits them). The items scored are
+the model's movies (`tags.items = 'entities'`: their entity vectors) or, for the BoS-BERT baseline,
+review sentences (`'sentences'`: up to `eval.bos_sentences_per_movie` per movie, the pretrained
+encoder's pooled vectors; a movie's scores are the mean of its sentences'; no `model_init`). The scorer is
   * 'dual' (DUAL, HYBRID): score(e, t) = g(e) . f(t), f the mean-pooled BERT fine-tuned from the
     model's sentence encoder, a vote-weighted softmax over sampled candidate tags;
   * 'pair_classifier' (FULL): a logistic head on [CLS] of `[CLS] e [SEP] tag [SEP]`, BERT fine-tuned
@@ -23,6 +26,7 @@ import numpy as np
 
 from docent_jax import evaluators
 from docent_jax.data import pipeline
+from docent_jax.data import tokenization
 from docent_jax.data.reviews import corpus as review_corpus
 from docent_jax.evaluation import tag_classifier
 from docent_jax.evaluation import tag_finetuning
@@ -34,6 +38,7 @@ from docent_jax.objectives import base
 from docent_jax.objectives import docent_dual
 
 SCORERS = ("dual", "pair_classifier")
+ITEMS = ("entities", "sentences")
 LABEL_SETS = ("tags", "genres")
 # Open-vocabulary runs report fewer numbers: the ones of the paper's curve.
 OPEN_VOCABULARY_METRICS = ("map", "auc", "p@5", "ndcg@10", "num_entities")
@@ -49,6 +54,10 @@ class TagFinetuningObjective(base.Objective):
       raise ValueError(f"Unknown tags.scorer {task.scorer!r}; valid: {list(SCORERS)}.")
     if task.label_set not in LABEL_SETS:
       raise ValueError(f"Unknown tags.label_set {task.label_set!r}; valid: {list(LABEL_SETS)}.")
+    if task.get("items", "entities") not in ITEMS:
+      raise ValueError(f"Unknown tags.items {task.items!r}; valid: {list(ITEMS)}.")
+    if task.get("items", "entities") == "sentences" and task.scorer != "dual":
+      raise ValueError("tags.items 'sentences' (BoS-BERT) needs tags.scorer 'dual'.")
     if not 0.0 < task.vocabulary_fraction <= 1.0:
       raise ValueError(f"tags.vocabulary_fraction must be in (0, 1]; got {task.vocabulary_fraction}.")
     self.corpus = review_corpus.load_review_corpus(
@@ -63,25 +72,36 @@ class TagFinetuningObjective(base.Objective):
                                                                             config.seed)
     else:
       self.train_tags = self.eval_tags = np.arange(num_labels)
-    self.options = tag_finetuning.finetune_options(config.eval, config.seed)
+    self.options = tag_finetuning.step_options(config.eval)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    self.bert_config, _ = pretrained.load_or_create_bert(config.model.pretrained, config.model.bert.to_dict(),
-                                                         self.tokenizer.vocab_size)
+    self.bert_config, self._bert_params = pretrained.load_or_create_bert(
+        config.model.pretrained, config.model.bert.to_dict(), self.tokenizer.vocab_size)
     texts = self.label_set.texts
     self.train_tokens = tag_finetuning.label_tokens(self.tokenizer, [texts[t] for t in self.train_tags],
                                                     config.data.max_len)
     self.eval_tokens = tag_finetuning.label_tokens(self.tokenizer, [texts[t] for t in self.eval_tags],
                                                    config.data.max_len)
+    # Items: the movies, or (BoS-BERT) sampled sentences; `*_entity` maps each item to its movie.
     movies = self.corpus.entity_split
-    self.train_movies, self.test_movies = movies["train"], movies["test"]
-    self.train_votes = self.label_set.votes[np.ix_(self.train_movies, self.train_tags)]
+    if task.get("items", "entities") == "sentences":
+      corpus = self.corpus
+      self.sentences = tag_finetuning.subsample_per_entity(
+          corpus.sentence_entity, np.arange(corpus.num_entities), config.eval.bos_sentences_per_movie, config.seed)
+      sentence_entity = corpus.sentence_entity[self.sentences]
+      self.train_items, self.test_items = (np.flatnonzero(np.isin(sentence_entity, movies[split]))
+                                           for split in ("train", "test"))
+      self.train_entity, self.test_entity = sentence_entity[self.train_items], sentence_entity[self.test_items]
+    else:
+      self.train_items, self.test_items = movies["train"], movies["test"]
+      self.train_entity, self.test_entity = self.train_items, self.test_items
+    self.train_votes = self.label_set.votes[np.ix_(self.train_entity, self.train_tags)]
     labelled = self.train_votes.any(axis=1)
     if not labelled.any():
       raise base.SkipRun(f"no training movie has a known {task.label_set} label among the trained ones.")
-    self.train_movies, self.train_votes = self.train_movies[labelled], self.train_votes[labelled]
+    self.train_items, self.train_votes = self.train_items[labelled], self.train_votes[labelled]
     self.scorer = self._scorer(task.scorer)
     self.shared_batch_keys = ("tag_tokens",) if task.scorer == "dual" else ()
-    self.entity_vectors: np.ndarray | None = None
+    self.item_vectors: np.ndarray | None = None
 
   def _scorer(self, name: str) -> tag_finetuning.TagScorer:
     encoder = bert.BertModel(self.bert_config, add_pooler=False)
@@ -96,7 +116,7 @@ class TagFinetuningObjective(base.Objective):
   def start_from(self, parent: base.Objective, parent_params: Any) -> None:
     """Takes the DOCENT model's entity vectors (frozen inputs) and its BERT (what the scorer fine-tunes)."""
     super().start_from(parent, parent_params)
-    _, self.entity_vectors = parent.export_embeddings(parent_params)
+    _, self.item_vectors = parent.export_embeddings(parent_params)
 
   def init_variables(self, rng: jax.Array) -> Any:
     tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
@@ -107,7 +127,18 @@ class TagFinetuningObjective(base.Objective):
     return {"bert": bert_params, "head": {"kernel": head(jax.random.fold_in(rng, 1), (self.bert_config.hidden_size,)),
                                           "bias": jnp.zeros((), jnp.float32)}}
 
+  def _pretrained_bert(self) -> Any:
+    """The pretrained BERT of the config (a fixed random one, seeded, when it names none)."""
+    if self._bert_params is not None:
+      return self._bert_params
+    tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
+    encoder = bert.BertModel(self.bert_config, add_pooler=False)
+    return nn.unbox(encoder.init(jax.random.key(self.config.seed), tokens, tokens)["params"])
+
   def pretrained_params(self) -> dict[str, Any]:
+    """The BERT the scorer fine-tunes: the DOCENT model's (`model_init`) or, for sentence items, the pretrained one."""
+    if self.config.tags.get("items", "entities") == "sentences":
+      return self._pretrained_bert()
     if self.parent is None:
       raise ValueError(f"{self.config.name}: objective 'tag_finetuning' fine-tunes a DOCENT model's BERT; set "
                        "config.model_init to that run.")
@@ -116,13 +147,22 @@ class TagFinetuningObjective(base.Objective):
     return trained_bert if self.config.tags.scorer == "dual" else {"bert": trained_bert}
 
   def _vectors(self) -> np.ndarray:
-    if self.entity_vectors is None:
-      raise ValueError(f"{self.config.name}: no entity vectors; the run must start from a DOCENT model (model_init).")
-    return np.asarray(self.entity_vectors, np.float32)
+    """[num items, d] frozen item vectors: the parent model's entity table, or the encoded sentences."""
+    if self.item_vectors is None:
+      if self.config.tags.get("items", "entities") != "sentences":
+        raise ValueError(f"{self.config.name}: no entity vectors; the run must start from a DOCENT model "
+                         "(model_init).")
+      corpus, evaluation = self.corpus, self.config.eval
+      tokens = tokenization.tokenize_texts(self.tokenizer, [corpus.sentences[i] for i in self.sentences],
+                                           self.config.data.max_len)
+      self.item_vectors = tag_finetuning.encode_texts(
+          bert.BertModel(self.bert_config, add_pooler=False), self._pretrained_bert(), tokens,
+          evaluation.bos_pooling, batch_size=evaluation.batch_size, mesh=self.mesh)
+    return np.asarray(self.item_vectors, np.float32)
 
   def train_batches(self, seed: int) -> Any:
     """One sampled step per record: training movies' vectors, candidate tags' tokens and their votes."""
-    vectors = self._vectors()[self.train_movies]
+    vectors = self._vectors()[self.train_items]
     rows = pipeline.process_rows(self.options.items_per_step, "eval.tag_items_per_step")
 
     def step(index: int) -> dict[str, np.ndarray]:
@@ -144,8 +184,12 @@ class TagFinetuningObjective(base.Objective):
 
   def evaluate(self, params: Any) -> dict[str, float]:
     """Metrics of the held-out movies' scores on the evaluated labels, keyed `test/<task>_<metric>`."""
-    scores = self.scorer.scores(params, self._vectors()[self.test_movies], self.eval_tokens)
-    metrics = tag_finetuning.evaluate_label_scores(scores, self.label_set, self.test_movies, self.eval_tags)
+    item_scores = self.scorer.scores(params, self._vectors()[self.test_items], self.eval_tokens)
+    # One item per movie gives the movie's own scores; several sentences give their mean.
+    movies = np.unique(self.test_entity)
+    scores = tag_prediction.bag_of_sentences_scores(item_scores, np.searchsorted(movies, self.test_entity),
+                                                    len(movies))
+    metrics = tag_finetuning.evaluate_label_scores(scores, self.label_set, movies, self.eval_tags)
     task = self.config.tags
     if task.vocabulary_fraction >= 1.0:
       return {f"test/{task.label_set}_{k}": v for k, v in metrics.items()}
