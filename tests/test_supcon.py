@@ -1,6 +1,7 @@
 """SupCon product matching end to end on a tiny two-source DeepMatcher directory the test writes."""
 import json
 import pathlib
+import shutil
 
 import jax
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from configs import supcon as supcon_config
 from docent_jax import train
+from docent_jax.evaluation import pair_matching
 from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.objectives import supcon
 
@@ -78,15 +80,32 @@ def test_pretraining_labels_come_from_the_training_matches(products_dir, tmp_pat
     supcon.offer_labels_of(corpus, "weak", fraction=1.0, seed=0)
 
 
+@pytest.fixture(scope="module")
+def supcon_run(products_dir, tmp_path_factory):
+  """SupCon pre-training and its trained-encoder fine-tuning, without baselines: (config, workdir, results)."""
+  config = tiny_config(products_dir, tmp_path_factory.mktemp("tfds"))
+  config.baselines = {}
+  workdir = tmp_path_factory.mktemp("supcon_run")
+  return config, workdir, train.train_and_evaluate(config, workdir)
+
+
 @pytest.mark.parametrize("head_init", ["probe", "fresh"])
 def test_trained_encoder_starts_from_the_frozen_encoders_probe_when_configured(products_dir, tmp_path, head_init):
   config = tiny_config(products_dir, tmp_path / "tfds")
-  config.baselines = {}
   config.model.head_init = head_init
-  config.finetune.trained.optim.learning_rate = 0.0  # Fine-tuning changes nothing: it scores its starting point.
-  results = train.train_and_evaluate(config, tmp_path / "run")
-  same = results["supcon_trained/test/loss"] == pytest.approx(results["supcon_frozen/test/loss"], rel=1e-4)
-  assert same == (head_init == "probe")
+  runs = {c.name: c for c in train.model_configs(config)}
+  pretraining = train.Trainer(runs["supcon"], tmp_path / "supcon")
+  params = pretraining.initial_state().params
+  probe = pretraining.objective.linear_probe(params)
+  stage = train.Trainer(runs["supcon_trained"], tmp_path / "supcon_trained")
+  stage.objective.start_from(pretraining.objective, params)
+  head = stage.initial_state().params["head"]["output"]
+  starts_at_probe = np.allclose(np.asarray(head["kernel"])[:, 0], probe.weights, atol=1e-6)
+  assert starts_at_probe == (head_init == "probe")
+  if head_init == "probe":  # The classifier then scores as the probe does.
+    logits = stage.objective.logits(stage.initial_state().params, "test")
+    assert pair_matching.match_metrics(logits, stage.objective.pairs["test"][:, 2])["loss"] == pytest.approx(
+        probe.metrics["test"]["loss"], rel=1e-4)
 
 
 def test_every_model_of_the_config_trains_and_reports(products_dir, tmp_path):
@@ -108,11 +127,10 @@ def test_every_model_of_the_config_trains_and_reports(products_dir, tmp_path):
     assert len(list((workdir / run / "best").iterdir())) == 1, run
 
 
-def test_evaluate_mode_restores_every_run_and_trains_nothing(products_dir, tmp_path, monkeypatch):
-  config = tiny_config(products_dir, tmp_path / "tfds")
-  config.baselines = {}
+def test_evaluate_mode_restores_every_run_and_trains_nothing(supcon_run, tmp_path, monkeypatch):
+  config, trained, results = supcon_run
   workdir = tmp_path / "run"
-  results = train.train_and_evaluate(config, workdir)
+  shutil.copytree(trained, workdir)
   snapshot = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*") if "checkpoints" in p.parts)
 
   def no_training(*args, **kwargs):
@@ -132,10 +150,8 @@ def _stage_params(workdir: pathlib.Path, run: str, step: int):
   return ocp.StandardCheckpointer().restore(workdir / run / "checkpoints" / str(step) / "state")["params"]
 
 
-def test_a_run_interrupted_during_fine_tuning_resumes_that_stage_exactly(products_dir, tmp_path, monkeypatch):
-  config = tiny_config(products_dir, tmp_path / "tfds")
-  config.baselines = {}
-  uninterrupted = train.train_and_evaluate(config, tmp_path / "uninterrupted")
+def test_a_run_interrupted_during_fine_tuning_resumes_that_stage_exactly(supcon_run, tmp_path, monkeypatch):
+  config, uninterrupted_dir, uninterrupted = supcon_run
 
   compile_train_step = train.Trainer.compile_train_step
 
@@ -159,6 +175,6 @@ def test_a_run_interrupted_during_fine_tuning_resumes_that_stage_exactly(product
   monkeypatch.setattr(train.Trainer, "compile_train_step", compile_train_step)
   resumed = train.train_and_evaluate(config, tmp_path / "resumed")
   for a, b in zip(jax.tree.leaves(_stage_params(tmp_path / "resumed", "supcon_trained", 5)),
-                  jax.tree.leaves(_stage_params(tmp_path / "uninterrupted", "supcon_trained", 5)), strict=True):
+                  jax.tree.leaves(_stage_params(uninterrupted_dir, "supcon_trained", 5)), strict=True):
     np.testing.assert_allclose(a, b, atol=1e-6)
   assert resumed == pytest.approx(uninterrupted, abs=1e-6)
