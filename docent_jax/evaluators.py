@@ -59,7 +59,7 @@ class EvalSpec:
   def run(self, objective: Any, params: Any) -> dict[str, float]:
     started = time.time()
     metrics = _REGISTRY[self.type](objective, params, **self.options)
-    logging.info("Evaluator %s (%s): %.1f s.", self.name, self.type, time.time() - started)
+    logging.debug("Evaluator %s (%s): %.1f s.", self.name, self.type, time.time() - started)
     return {key: float(value) for key, value in metrics.items()}
 
 

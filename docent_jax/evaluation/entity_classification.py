@@ -67,7 +67,7 @@ def evaluate_entity_classification(train_x: np.ndarray, train_y: np.ndarray, dev
   best_c, best_dev_accuracy = None, -1.0
   for c in c_values:
     dev_accuracy = metrics.accuracy(dev_y, _classifier(c, standardize, max_iter).fit(train_x, train_y).predict(dev_x))
-    logging.info("Entity classification: C=%g, dev accuracy %.4f.", c, dev_accuracy)
+    logging.debug("Entity classification: C=%g, dev accuracy %.4f.", c, dev_accuracy)
     if dev_accuracy > best_dev_accuracy:
       best_c, best_dev_accuracy = c, dev_accuracy
 

@@ -179,8 +179,10 @@ def _direction_ranks(scoring_fn: relations.ScoringFunction, predict_tails: bool,
   queries, target = eval_triples[rankable], target[rankable]
   num_skipped = int((~rankable).sum())
   if num_skipped:
-    logging.warning("Skipped %d of %d %s-prediction queries: their target is not among the %d candidates.",
-                    num_skipped, len(eval_triples), "tail" if predict_tails else "head", num_candidates)
+    # Counted in the metrics (`num_skipped`); the same split skips the same queries at every evaluation.
+    logging.log_first_n(logging.WARNING, "Skipped %d of %d %s-prediction queries: their target is not among the "
+                        "%d candidates (counted in num_skipped).", 2, num_skipped, len(eval_triples),
+                        "tail" if predict_tails else "head", num_candidates)
   starts, counts = known.spans(queries[:, given_column] * num_relations + queries[:, 1])
   batch_ranks = []
   for begin in range(0, len(queries), batch_size):
