@@ -56,6 +56,16 @@ def label_sets(corpus: review_corpus.ReviewCorpus, tag_vote_threshold: int) -> l
           tag_finetuning.LabelSet("genres", list(corpus.genres), corpus.genre_labels.astype(np.int32), 1)]
 
 
+def pretrained_or_fixed_bert(bert_params: Any | None, bert_config: bert.BertConfig,
+                             config: ml_collections.ConfigDict) -> Any:
+  """The config's pretrained BERT params, or a fixed random BERT (seeded by `config.seed`) when it names none."""
+  if bert_params is not None:
+    return bert_params
+  tokens = jnp.zeros((1, config.data.max_len), jnp.int32)
+  encoder = bert.BertModel(bert_config, add_pooler=False)
+  return nn.unbox(encoder.init(jax.random.key(config.seed), tokens, tokens)["params"])
+
+
 class ReviewBaselines:
   """The untrained baselines every DOCENT objective reports beside its own numbers, and shared set-up helpers.
 
@@ -77,11 +87,7 @@ class ReviewBaselines:
 
   def _pretrained_bert(self) -> Any:
     """The pretrained encoder of the baselines (a fixed random one when the config names none)."""
-    if self._bert_params is not None:
-      return self._bert_params
-    tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
-    encoder = bert.BertModel(self.model.config, add_pooler=False)
-    return nn.unbox(encoder.init(jax.random.key(self.config.seed), tokens, tokens)["params"])
+    return pretrained_or_fixed_bert(self._bert_params, self.model.config, self.config)
 
   def baselines(self) -> dict[str, float]:
     """Search: BM25, bag of sentences (`bos`); tags, genres: `top_tags`, `tfidf` (BoS-BERT is a fine-tuning run)."""

@@ -128,12 +128,7 @@ class TagFinetuningObjective(base.Objective):
                                           "bias": jnp.zeros((), jnp.float32)}}
 
   def _pretrained_bert(self) -> Any:
-    """The pretrained BERT of the config (a fixed random one, seeded, when it names none)."""
-    if self._bert_params is not None:
-      return self._bert_params
-    tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
-    encoder = bert.BertModel(self.bert_config, add_pooler=False)
-    return nn.unbox(encoder.init(jax.random.key(self.config.seed), tokens, tokens)["params"])
+    return docent_dual.pretrained_or_fixed_bert(self._bert_params, self.bert_config, self.config)
 
   def pretrained_params(self) -> dict[str, Any]:
     """The BERT the scorer fine-tunes: the DOCENT model's (`model_init`) or, for sentence items, the pretrained one."""
