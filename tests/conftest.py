@@ -1,4 +1,4 @@
-"""Test set-up: 8 forced host devices for sharding tests, the real-data fixture, and a local gs:// bucket."""
+"""Test set-up: 8 forced host devices for sharding tests, the real-data fixture, and local gs:// buckets."""
 from collections.abc import Iterator
 import os
 import pathlib
@@ -9,8 +9,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from etils import epath
 from etils.epath import gpath
+import fsspec
 import pytest
 
+import gcs_server
 import review_fixtures
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -55,3 +57,26 @@ def gcs_bucket(tmp_path, monkeypatch) -> Iterator[tuple[pathlib.Path, list[str]]
 
   with epath.testing.mock_epath(open=record):
     yield bucket, opened
+
+
+@pytest.fixture
+def gcs_emulator(tmp_path, monkeypatch) -> Iterator[str]:
+  """A Cloud Storage server on localhost holding the bucket 'bucket'; yields its URL.
+
+  Every client that can be pointed at an emulator is: Orbax's TensorStore (TENSORSTORE_GCS_HTTP_URL) and
+  epath through fsspec's gcsfs (STORAGE_EMULATOR_HOST; TensorFlow's own GCS client has no endpoint setting,
+  so epath is kept off it). Runs from `tmp_path`, where a path that went through pathlib ('gs:/bucket/...')
+  would appear as a local directory 'gs:'.
+  """
+  gcs, url = gcs_server.start(monkeypatch, "bucket")
+  monkeypatch.setenv("TENSORSTORE_GCS_HTTP_URL", url)
+  monkeypatch.setenv("GOOGLE_AUTH_TOKEN_FOR_TESTING", "emulator")
+  monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
+  monkeypatch.setattr(gpath, "_is_tf_installed", lambda: False)
+  monkeypatch.chdir(tmp_path)
+  fsspec.get_filesystem_class("gs").clear_instance_cache()
+  try:
+    yield url
+  finally:
+    fsspec.get_filesystem_class("gs").clear_instance_cache()
+    gcs.stop()
