@@ -10,9 +10,12 @@ import pytest
 
 from configs import supcon as supcon_config
 from docent_jax import train
-from docent_jax.evaluation import pair_matching
 from docent_jax.data.offers import corpus as offer_corpus
+from docent_jax.data.offers import labels as offer_labels
+from docent_jax.data.offers import sampling as offer_sampling
+from docent_jax.evaluation import pair_matching
 from docent_jax.objectives import supcon
+import test_offer_files
 
 NUM_PRODUCTS = 12
 _BRANDS = ("acme", "globex", "initech", "umbrella", "hooli", "vandelay")
@@ -73,11 +76,36 @@ def test_pretraining_labels_come_from_the_training_matches(products_dir, tmp_pat
   for product in range(NUM_PRODUCTS):
     same = labels[ids[(a, str(product))]] == labels[ids[(b, str(product))]]
     assert same == (product < 10), product  # Test matches never join a label.
-  assert len(np.unique(labels)) == 10 + 2 * 2
-  np.testing.assert_array_equal(supcon.offer_labels_of(corpus, "self", fraction=1.0, seed=0),
-                                np.arange(corpus.num_offers))
+  # Offers 10 and 11 of table A are only in test pairs: never pre-trained on.
+  test_only = [ids[(a, "10")], ids[(a, "11")]]
+  np.testing.assert_array_equal(np.flatnonzero(labels == offer_labels.UNLABELLED), sorted(test_only))
+  assert len(np.unique(labels)) == 10 + 2 + 1
+  expected_self = np.arange(corpus.num_offers)
+  expected_self[test_only] = offer_labels.UNLABELLED
+  np.testing.assert_array_equal(supcon.offer_labels_of(corpus, "self", fraction=1.0, seed=0), expected_self)
   with pytest.raises(ValueError, match="loss.labels"):
     supcon.offer_labels_of(corpus, "weak", fraction=1.0, seed=0)
+
+
+def test_test_offers_of_wdc_json_data_carry_no_label_and_are_never_drawn(tmp_path):
+  # Offers 1 and 2 match in training (product 100); 4 and 5 match only in the gold standard (product 300).
+  offer = lambda side, number, cluster: {f"id_{side}": number, f"cluster_id_{side}": cluster,
+                                         f"title_{side}": f"offer {number}"}
+  pair = lambda left, right, label, pair_id: {**offer("left", *left), **offer("right", *right), "label": label,
+                                              "pair_id": pair_id}
+  train = [pair((1, 100), (2, 100), 1, "1#2"), pair((1, 100), (3, 200), 0, "1#3"), pair((3, 200), (2, 100), 0, "3#2")]
+  test = [pair((4, 300), (5, 300), 1, "4#5"), pair((4, 300), (1, 100), 0, "4#1")]
+  test_offer_files.write_wdc_json(tmp_path, train=train, validation_ids=("1#3",), test=test)
+  corpus = offer_corpus.load_offer_corpus("wdc_computers/small", data_dir=tmp_path / "tfds", manual_dir=tmp_path)
+  assert corpus.ids == ["1", "2", "3", "4", "5"] and corpus.product_ids[3:] == ["300", "300"]
+  labels = supcon.offer_labels_of(corpus, "supervised", fraction=1.0, seed=0)
+  assert labels[0] == labels[1] != labels[2]
+  np.testing.assert_array_equal(labels[3:], [offer_labels.UNLABELLED] * 2)
+  datasets = offer_sampling.sampled_datasets(labels, np.asarray(corpus.source))
+  assert [d.tolist() for d in datasets] == [[0, 1, 2]]
+  sampler = offer_sampling.ContrastiveSampler(labels, np.asarray(corpus.source), batch_size=2, seed=0)
+  drawn = np.concatenate([sampler(i) for i in range(20)])
+  assert set(drawn.tolist()) <= {0, 1, 2}
 
 
 @pytest.fixture(scope="module")

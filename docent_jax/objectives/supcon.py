@@ -38,17 +38,27 @@ LABELS = ("supervised", "self")
 
 
 def offer_labels_of(corpus: offer_corpus.OfferCorpus, kind: str, *, fraction: float, seed: int) -> np.ndarray:
-  """int32 [num_offers]: each offer's pre-training label (see the module docstring)."""
+  """int32 [num_offers]: each offer's pre-training label (see the module docstring).
+
+  Only offers of training and validation pairs are pre-trained on, as in the paper: an offer that is
+  only in test pairs gets `offer_labels.UNLABELLED` (its product id, a test label, is never read).
+  """
   if kind not in LABELS:
     raise ValueError(f"Unknown loss.labels {kind!r}; valid: {list(LABELS)}.")
+  known = np.concatenate([corpus.pairs["train"], corpus.pairs["validation"]])
+  in_pool = np.zeros(corpus.num_offers, bool)
+  in_pool[known[:, :2].ravel()] = True
   if kind == "self":
-    return np.arange(corpus.num_offers, dtype=np.int32)
-  if any(corpus.product_ids):
-    return offer_labels.product_labels(corpus.product_ids)
-  matches = np.concatenate([corpus.pairs["train"], corpus.pairs["validation"]])
-  labels, num_edges = offer_labels.correspondence_labels(corpus.num_offers, matches, fraction=fraction, seed=seed)
-  logging.info("%s: %d labels from %d correspondence edges over %d offers.", corpus.name, len(np.unique(labels)),
-               num_edges, corpus.num_offers)
+    labels = np.arange(corpus.num_offers, dtype=np.int32)
+  elif any(corpus.product_ids):
+    labels = offer_labels.product_labels([p if pooled else "" for p, pooled in zip(corpus.product_ids, in_pool)])
+  else:
+    labels, num_edges = offer_labels.correspondence_labels(corpus.num_offers, known, fraction=fraction, seed=seed)
+    logging.info("%s: %d labels from %d correspondence edges over %d offers.", corpus.name,
+                 len(np.unique(labels[in_pool])), num_edges, int(in_pool.sum()))
+  labels[~in_pool] = offer_labels.UNLABELLED
+  logging.info("%s: %d of %d offers are in training or validation pairs and pre-trained on; %d only in test "
+               "pairs are left out.", corpus.name, int(in_pool.sum()), corpus.num_offers, int((~in_pool).sum()))
   return labels
 
 

@@ -12,6 +12,9 @@ import numpy as np
 import scipy.sparse
 import scipy.sparse.csgraph
 
+# The label of an offer that pre-training never sees (e.g. one only in test pairs).
+UNLABELLED = -1
+
 
 def product_labels(product_ids: Sequence[str]) -> np.ndarray:
   """One label per distinct product id, numbered in order of first appearance.

@@ -16,6 +16,7 @@ import numpy as np
 from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.data.offers import augmentation as augmentation_lib
+from docent_jax.data.offers import labels as offer_labels
 
 # Streams of the random generator, so that each random choice has its own seed sequence.
 _SCHEDULE, _ANCHORS, _PARTNERS, _AUGMENTATION = range(4)
@@ -34,19 +35,21 @@ def sampled_datasets(labels: np.ndarray, source: np.ndarray, *, source_aware: bo
   """The offers of each sampled dataset.
 
   Args:
-    labels: int [num_offers] label of each offer.
+    labels: int [num_offers] label of each offer; offers labelled `offer_labels.UNLABELLED` are in no dataset.
     source: int [num_offers] source of each offer.
-    source_aware: one dataset per source present (in order of source index): its offers plus the
-      other sources' offers whose label one of its offers has. Else one dataset of all offers (the
-      paper's mixed-sampling ablation).
+    source_aware: one dataset per source with labelled offers (in order of source index): its offers
+      plus the other sources' offers whose label one of its offers has. Else one dataset of all
+      labelled offers (the paper's mixed-sampling ablation).
 
   Returns:
     Sorted int64 offer indices of each dataset.
   """
   labels, source = _check_offer_arrays(labels, source)
+  labelled = labels != offer_labels.UNLABELLED
   if not source_aware:
-    return [np.arange(len(labels))]
-  return [np.flatnonzero(np.isin(labels, labels[source == s])) for s in np.unique(source)]
+    return [np.flatnonzero(labelled)]
+  return [np.flatnonzero(labelled & np.isin(labels, labels[labelled & (source == s)]))
+          for s in np.unique(source[labelled])]
 
 
 class ContrastiveSampler:
@@ -118,7 +121,7 @@ def contrastive_batches(texts: Sequence[str], labels: np.ndarray, source: np.nda
 
   Args:
     texts: the serialized offers.
-    labels: int [num_offers] label of each offer (`offer_labels`).
+    labels: int [num_offers] label of each offer (`offer_labels`; `UNLABELLED` offers are never drawn).
     source: int [num_offers] source of each offer.
     tokenizer: a Hugging Face fast tokenizer.
     batch_size: anchors per global batch (over all processes).
