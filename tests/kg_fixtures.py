@@ -48,6 +48,21 @@ def write_tiny_kg(directory: pathlib.Path, num_entities: int = 48, seed: int = 0
   return directory
 
 
+def write_transductive_kg(directory: pathlib.Path) -> pathlib.Path:
+  """The tiny KG's triples as train.tsv / dev.tsv / test.tsv, every dev and test entity also in training."""
+  write_tiny_kg(directory)
+  triples = [line for name in ("ind-train", "ind-dev", "ind-test")
+             for line in (directory / f"{name}.tsv").read_text().splitlines()]
+  for path in list(directory.glob("ind-*.tsv")) + list(directory.glob("*-ents-class.txt")):
+    path.unlink()
+  train, held_out = triples[::2], triples[1::2]
+  seen = {entity for line in train for entity in line.split("\t")[::2]}
+  held_out = [line for line in held_out if set(line.split("\t")[::2]) <= seen]
+  for name, rows in (("train", train), ("dev", held_out[::2]), ("test", held_out[1::2])):
+    (directory / f"{name}.tsv").write_text("".join(row + "\n" for row in rows))
+  return directory
+
+
 def tiny_config(kg_dir: pathlib.Path, tfds_dir: pathlib.Path) -> ml_collections.ConfigDict:
   """BLP over the tiny KG with a small, freshly initialised BERT (the MiniLM tokenizer's vocabulary)."""
   config = blp.get_config(str(kg_dir))

@@ -66,6 +66,18 @@ def test_train_writes_results_and_evaluate_mode_recomputes_them(kg_dir, tfds_dir
   assert train.evaluate(config, tmp_path) == pytest.approx(results, abs=1e-6)
 
 
+def test_a_transductive_graph_reports_the_settings_that_apply(tfds_dir, tmp_path):
+  kg_dir = kg_fixtures.write_transductive_kg(tmp_path / "transductive_kg")
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  results = train.train_and_evaluate(config, tmp_path / "run")
+  assert json.loads((tmp_path / "run" / "results.json").read_text()) == results
+  for split in ("validation", "test"):
+    assert 0.0 < results[f"blp_transe/{split}/mrr"] <= 1.0
+  assert not [key for key in results if "transfer_" in key or "classification" in key]
+  (tmp_path / "run" / "results.json").unlink()
+  assert train.evaluate(config, tmp_path / "run") == pytest.approx(results, abs=1e-6)
+
+
 def test_a_model_without_training_steps_keeps_its_initial_state(kg_dir, tfds_dir, tmp_path):
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   config.train.num_steps = 0

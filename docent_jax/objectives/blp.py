@@ -133,6 +133,10 @@ def evaluate_link_prediction(objective: BlpObjective, params: Any, split: str = 
   embeddings = objective.entity_embeddings(params)
   relation_embeddings = np.asarray(jax.device_get(params["relations"]["embedding"]))
   settings = {"": np.arange(graph.num_entities), "transfer_": graph.entity_split[split]}
+  if not len(settings["transfer_"]):
+    logging.log_first_n(logging.INFO, "%s: no %s entity is unseen in training (a transductive split); the transfer "
+                        "setting does not apply and is not reported.", 2, graph.name, split)
+    del settings["transfer_"]
   results = {}
   for prefix, candidates in settings.items():
     metrics = link_prediction.evaluate_link_prediction(
