@@ -340,9 +340,14 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike) -
 
 
 def write_results(workdir: str | epath.PathLike, results: dict[str, float]) -> None:
+  """Writes `results` into the workdir's results.json, keeping the results other configs wrote there."""
   if jax.process_index() != 0:
     return
   path = checkpoints.as_path(workdir) / RESULTS_FILE
   path.parent.mkdir(parents=True, exist_ok=True)
-  path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+  kept = {key: value for key, value in (json.loads(path.read_text()) if path.exists() else {}).items()
+          if key not in results}
+  if kept:
+    logging.info("%s keeps %d earlier results that this run has not rewritten.", path, len(kept))
+  path.write_text(json.dumps({**kept, **results}, indent=2, sort_keys=True) + "\n")
   logging.info("Wrote %s (%d results).", path, len(results))

@@ -78,6 +78,19 @@ def test_a_transductive_graph_reports_the_settings_that_apply(tfds_dir, tmp_path
   assert train.evaluate(config, tmp_path / "run") == pytest.approx(results, abs=1e-6)
 
 
+def test_results_of_another_config_in_the_workdir_are_kept(kg_dir, tfds_dir, tmp_path):
+  transe = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  transe.train.num_steps = 2
+  first = train.train_and_evaluate(transe, tmp_path)
+  distmult = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  distmult.train.num_steps = 2
+  distmult.model.scoring = "distmult"
+  second = train.train_and_evaluate(distmult, tmp_path)
+  assert {key.split("/")[0] for key in first} == {"blp_transe"}
+  assert {key.split("/")[0] for key in second} == {"blp_distmult"}
+  assert json.loads((tmp_path / "results.json").read_text()) == {**first, **second}
+
+
 def test_a_model_without_training_steps_keeps_its_initial_state(kg_dir, tfds_dir, tmp_path):
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   config.train.num_steps = 0
