@@ -1,4 +1,5 @@
-"""Orbax checkpoints of the train state and the input pipeline, the best params, and the workdir's config guard.
+"""Orbax checkpoints of the train state and the input pipeline, the best params, and the workdir's config
+and data guards.
 
 Every path goes through `etils.epath`, so a `gs://` workdir works like a local one.
 """
@@ -12,7 +13,10 @@ import jax
 import ml_collections
 import orbax.checkpoint as ocp
 
+from docent_jax.data import fingerprint
+
 CONFIG_FILE = "config.json"
+DATA_FILE = "data.json"  # The fingerprint of the data the run trained on.
 
 # Keys that may change between a run and its restart without changing what is trained: where it
 # runs (mesh), how often it reports or saves, how it evaluates (`eval`, `evals`), and which other
@@ -23,6 +27,10 @@ RESTART_SAFE_KEYS = ("mesh", "train.log_every_steps", "train.checkpoint_every_st
 
 class ConfigMismatchError(RuntimeError):
   """The workdir was written by a run with a different config."""
+
+
+class DataMismatchError(RuntimeError):
+  """The workdir was written by a run on different data."""
 
 
 def as_path(path: str | epath.PathLike) -> epath.Path:
@@ -65,6 +73,25 @@ def guard_workdir_config(workdir: str | epath.PathLike, config: ml_collections.C
       raise ConfigMismatchError(
           f"{path.parent} holds a run of a different config (differing keys: {', '.join(differences)}). "
           "Use a new --workdir, or restart with the recorded config.")
+    return
+  if jax.process_index() == 0:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(current, indent=2, sort_keys=True))
+
+
+def guard_workdir_data(workdir: str | epath.PathLike, current: dict[str, int | str]) -> None:
+  """Records the data's fingerprint in a new workdir; refuses a workdir whose recorded data differs.
+
+  The same path can hold other data later (a renamed entity, an edited file): checkpoints trained on
+  the old data are never evaluated or resumed with the new.
+  """
+  path = as_path(workdir) / DATA_FILE
+  if path.exists():
+    changes = fingerprint.differences(json.loads(path.read_text()), current)
+    if changes:
+      raise DataMismatchError(
+          f"{path.parent} was trained on different data than the config reads now ({'; '.join(changes)}). "
+          "Use a new --workdir, or restore the data it was trained on.")
     return
   if jax.process_index() == 0:
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -156,6 +156,7 @@ class Trainer:
     """
     config = self.config
     checkpoints.guard_workdir_config(self.workdir, config)
+    checkpoints.guard_workdir_data(self.workdir, self.objective.data_fingerprint())
     manager = checkpoints.create_manager(self.workdir / "checkpoints", every_steps=config.train.checkpoint_every_steps,
                                          keep=config.train.keep_checkpoints)
     best = self._best_params()
@@ -225,6 +226,7 @@ class Trainer:
   def restore_params(self) -> Any:
     """The params to report from the workdir: the best checkpoint's when kept, else the latest one's."""
     checkpoints.guard_workdir_config(self.workdir, self.config)
+    checkpoints.guard_workdir_data(self.workdir, self.objective.data_fingerprint())
     best = self._best_params()
     if best is not None and best.best_step() is not None:
       params = best.restore(self.abstract_state().params)

@@ -169,6 +169,19 @@ def test_gs_source_directories(gcs_bucket, tmp_path):
   assert "gs://bucket/My KG/entity2text.txt" in opened
 
 
+def test_a_named_builder_is_rebuilt_from_a_changed_manual_directory(tmp_path):
+  first, second = tmp_path / "first", tmp_path / "second"
+  _write_fruit_kg(first)
+  _write_fruit_kg(second)
+  (second / "test.tsv").write_text("d\thates\ta\nd\tlikes\ta\nc\tlikes\ta\n")
+  load = lambda manual_dir: knowledge_graph.load_knowledge_graph("wn18rr", data_dir=tmp_path / "tfds",
+                                                                 manual_dir=manual_dir)
+  assert len(load(first).triples["test"]) == len(load(first).triples["test"]) != 3
+  assert len(load(second).triples["test"]) == 3
+  (first / "test.tsv").write_text("d\thates\ta\n")
+  assert len(load(first).triples["test"]) == 1
+
+
 def test_config_names():
   assert kg_builders.parse_config_name("subgraph_3000") == (3000, 0)
   assert kg_builders.parse_config_name("full_seed4") == (None, 4)

@@ -91,6 +91,19 @@ def test_results_of_another_config_in_the_workdir_are_kept(kg_dir, tfds_dir, tmp
   assert json.loads((tmp_path / "results.json").read_text()) == {**first, **second}
 
 
+def test_changed_data_under_the_same_path_is_refused(tfds_dir, tmp_path):
+  kg_dir = kg_fixtures.write_tiny_kg(tmp_path / "kg")
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  config.train.num_steps = 2
+  train.train_and_evaluate(config, tmp_path / "run")
+  # One entity renamed in every file: the same counts, other ids.
+  for path in kg_dir.iterdir():
+    path.write_text(path.read_text().replace("e005", "e005x"))
+  for run in (train.evaluate, train.train_and_evaluate):
+    with pytest.raises(checkpoints.DataMismatchError, match=r"trained on different data.*entity_ids_digest changed"):
+      run(config, tmp_path / "run")
+
+
 def test_a_model_without_training_steps_keeps_its_initial_state(kg_dir, tfds_dir, tmp_path):
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   config.train.num_steps = 0

@@ -96,6 +96,16 @@ def directory_fingerprint(directory: epath.Path) -> str:
   return digest.hexdigest()[:10]
 
 
+def tree_fingerprint(directory: epath.Path) -> str:
+  """`directory_fingerprint` over every file below the directory, subdirectories included."""
+  digest = hashlib.sha256(str(directory).encode())
+  files = sorted(epath.Path(parent) / name for parent, _, names in directory.walk() for name in names)
+  for path in files:
+    size, mtime = _size_and_mtime(path)
+    digest.update(f"{path.relative_to(directory)}:{size}:{mtime}".encode())
+  return digest.hexdigest()[:10]
+
+
 def _is_local(path: epath.Path) -> bool:
   return "://" not in str(path)
 

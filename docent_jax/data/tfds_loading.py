@@ -1,10 +1,16 @@
 """Builds a docent_jax TFDS dataset when needed and reads its splits back, for every domain's loader."""
 from typing import Any, Sequence
 
+from absl import logging
 from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
+
+from docent_jax.data import tfds_builder
+
+# Beside a dataset built from a manual directory: that directory's `tfds_builder.tree_fingerprint`.
+SOURCE_FILE = "manual_dir_fingerprint.txt"
 
 
 def builder_kwargs(data_dir: epath.PathLike | None) -> dict[str, Any]:
@@ -15,6 +21,9 @@ def builder_kwargs(data_dir: epath.PathLike | None) -> dict[str, Any]:
 def prepare(builder: tfds.core.DatasetBuilder, manual_dir: epath.PathLike | None) -> dict[str, Any]:
   """Builds the dataset if needed and returns the random-access data source of each split.
 
+  A dataset built from a manual directory is built again when that directory's files have changed
+  (another directory, or files edited since), so that one name never serves two versions of the data.
+
   Args:
     builder: the builder, writing array_record files (see `builder_kwargs`).
     manual_dir: the source files (the builder downloads them, or fails, when None).
@@ -22,7 +31,15 @@ def prepare(builder: tfds.core.DatasetBuilder, manual_dir: epath.PathLike | None
   if manual_dir is not None and not epath.Path(manual_dir).is_dir():
     raise FileNotFoundError(f"Manual directory {manual_dir} does not exist.")
   download_config = tfds.download.DownloadConfig(manual_dir=epath.Path(manual_dir) if manual_dir else None)
+  record = epath.Path(builder.data_dir) / SOURCE_FILE
+  source = tfds_builder.tree_fingerprint(epath.Path(manual_dir)) if manual_dir else None
+  if source and record.exists() and record.read_text() != source:
+    logging.warning("%s was built from other files than %s holds now; building it again.", builder.data_dir,
+                    manual_dir)
+    download_config.download_mode = tfds.download.GenerateMode.REUSE_CACHE_IF_EXISTS
   builder.download_and_prepare(download_config=download_config)
+  if source:
+    record.write_text(source)
   return builder.as_data_source()
 
 

@@ -42,6 +42,10 @@ class Objective(abc.ABC):
     self.parent = (parent, parent_params)
 
   @abc.abstractmethod
+  def data_fingerprint(self) -> dict[str, int | str]:
+    """Counts and digests of the data the objective trains and evaluates on (`data.fingerprint`)."""
+
+  @abc.abstractmethod
   def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Scalar training loss and scalar metrics to log, for one global batch."""
 

@@ -81,6 +81,9 @@ class BlpObjective(base.Objective):
                  self.graph.num_relations, {k: len(v) for k, v in self.graph.triples.items()})
     self._embeddings = None  # (params, their entity vectors): evaluators of one params share them.
 
+  def data_fingerprint(self) -> dict[str, int | str]:
+    return self.graph.fingerprint()
+
   def init_variables(self, rng: jax.Array) -> Any:
     tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
     return self.model.init(rng, tokens, jnp.zeros((1,), jnp.int32))["params"]

@@ -150,6 +150,9 @@ class DocentDualObjective(ReviewBaselines, base.Objective):
         bert_config, num_entities=self.corpus.num_entities, initial_scale=config.model.scale,
         learn_scale=config.model.learn_scale, dtype=jnp.dtype(config.model.dtype))
 
+  def data_fingerprint(self) -> dict[str, int | str]:
+    return self.corpus.fingerprint()
+
   def init_variables(self, rng: jax.Array) -> Any:
     tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
     return self.model.init(rng, tokens, jnp.zeros((1,), jnp.int32))["params"]

@@ -59,6 +59,9 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
     self.special_ids = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
                         "mask": tokenizer.mask_token_id, "pad": tokenizer.pad_token_id}
 
+  def data_fingerprint(self) -> dict[str, int | str]:
+    return self.corpus.fingerprint()
+
   def init_variables(self, rng: jax.Array) -> Any:
     length = self.config.data.max_len
     tokens = jnp.zeros((1, length), jnp.int32)

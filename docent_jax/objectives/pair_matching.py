@@ -61,6 +61,9 @@ class PairMatchingObjective(base.Objective):
     tokens = tokenization.tokenize_texts(self.tokenizer, self.corpus.texts, self.config.data.max_len)
     return {split: tokens[pairs[:, :2]] for split, pairs in self.pairs.items()}
 
+  def data_fingerprint(self) -> dict[str, int | str]:
+    return self.corpus.fingerprint()
+
   def init_variables(self, rng: jax.Array) -> Any:
     return self.model.init(rng, jnp.zeros((1, 2, self.config.data.max_len), jnp.int32))["params"]
 

@@ -78,6 +78,9 @@ class SupconObjective(base.Objective):
                                   seed=config.seed)
     self._probe = None
 
+  def data_fingerprint(self) -> dict[str, int | str]:
+    return self.corpus.fingerprint()
+
   def init_variables(self, rng: jax.Array) -> Any:
     tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
     return {"bert": self.encoder.init(rng, tokens, tokens)["params"]}

@@ -118,6 +118,9 @@ class TagFinetuningObjective(base.Objective):
     super().start_from(parent, parent_params)
     _, self.item_vectors = parent.export_embeddings(parent_params)
 
+  def data_fingerprint(self) -> dict[str, int | str]:
+    return self.corpus.fingerprint()
+
   def init_variables(self, rng: jax.Array) -> Any:
     tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
     bert_params = bert.BertModel(self.bert_config, add_pooler=False).init(rng, tokens, tokens)["params"]

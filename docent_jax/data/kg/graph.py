@@ -6,6 +6,7 @@ from absl import logging
 from etils import epath
 import numpy as np
 
+from docent_jax.data import fingerprint
 from docent_jax.data import tfds_loading
 from docent_jax.data.kg import builders as kg_builders
 from docent_jax.data.kg import wordnet_kg
@@ -50,6 +51,15 @@ class KnowledgeGraph:
   @property
   def num_relations(self) -> int:
     return len(self.relation_ids)
+
+  def fingerprint(self) -> fingerprint.Fingerprint:
+    """Counts and digests of the entities, their texts, relations and triples (see `data.fingerprint`)."""
+    return {"entities": self.num_entities, "entity_ids_digest": fingerprint.digest(self.entity_ids),
+            "entity_texts_digest": fingerprint.digest(self.entity_texts), "relations": self.num_relations,
+            "relation_ids_digest": fingerprint.digest(self.relation_ids),
+            **{f"triples/{split}": len(t) for split, t in sorted(self.triples.items())},
+            "triples_digest": fingerprint.digest(t for _, t in sorted(self.triples.items())),
+            "entity_labels_digest": fingerprint.digest([self.entity_labels, *self.label_names])}
 
   def all_triples(self) -> np.ndarray:
     """All triples of all splits, int32 [n, 3], e.g. for filtered ranking."""

@@ -5,6 +5,7 @@ from absl import logging
 from etils import epath
 import numpy as np
 
+from docent_jax.data import fingerprint
 from docent_jax.data import tfds_loading
 from docent_jax.data.offers import builders as offer_builders
 from docent_jax.data.offers import files as offer_files
@@ -42,6 +43,15 @@ class OfferCorpus:
   @property
   def num_offers(self) -> int:
     return len(self.texts)
+
+  def fingerprint(self) -> fingerprint.Fingerprint:
+    """Counts and digests of the offers, their sources and products, and the pairs (see `data.fingerprint`)."""
+    return {"offers": self.num_offers, "offer_ids_digest": fingerprint.digest(self.ids),
+            "offer_texts_digest": fingerprint.digest(self.texts),
+            "sources_digest": fingerprint.digest([*self.source_names, np.asarray(self.source)]),
+            "products_digest": fingerprint.digest(self.product_ids),
+            **{f"pairs/{split}": len(p) for split, p in sorted(self.pairs.items())},
+            "pairs_digest": fingerprint.digest(p for _, p in sorted(self.pairs.items()))}
 
 
 def make_builder(dataset: str, *, data_dir: epath.PathLike | None = None) -> offer_builders.OfferBuilder:

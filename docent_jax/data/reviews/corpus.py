@@ -7,6 +7,7 @@ from etils import epath
 import numpy as np
 import scipy.sparse
 
+from docent_jax.data import fingerprint
 from docent_jax.data import tfds_loading
 from docent_jax.data.reviews import builders as review_builders
 from docent_jax.data.reviews import files as review_files
@@ -54,6 +55,15 @@ class ReviewCorpus:
   @property
   def num_entities(self) -> int:
     return len(self.entity_ids)
+
+  def fingerprint(self) -> fingerprint.Fingerprint:
+    """Counts and digests of the entities, sentences, tags and genres (see `data.fingerprint`)."""
+    return {"entities": self.num_entities, "entity_ids_digest": fingerprint.digest(self.entity_ids),
+            "sentences": len(self.sentences), "sentences_digest": fingerprint.digest(self.sentences),
+            "sentence_entities_digest": fingerprint.digest([self.sentence_entity]),
+            "tags": len(self.tags), "tags_digest": fingerprint.digest(
+                [*self.tags, self.tag_votes.indptr, self.tag_votes.indices, self.tag_votes.data]),
+            "genres": len(self.genres), "genres_digest": fingerprint.digest([*self.genres, self.genre_labels])}
 
   @property
   def num_reviews(self) -> int:
