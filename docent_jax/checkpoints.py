@@ -3,6 +3,7 @@ and data guards.
 
 Every path goes through `etils.epath`, so a `gs://` workdir works like a local one.
 """
+from collections.abc import Callable
 import json
 from typing import Any
 
@@ -58,25 +59,24 @@ def recorded_config(workdir: str | epath.PathLike) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(json.loads(path.read_text()))
 
 
+def has_trained_steps(workdir: str | epath.PathLike) -> bool:
+  """Whether the run in `workdir` saved a checkpoint of a trained step (or of step 0 of a 0-step run)."""
+  directory = as_path(workdir) / "checkpoints"
+  return directory.exists() and any(p.name.isdigit() for p in directory.iterdir())
+
+
 def guard_workdir_config(workdir: str | epath.PathLike, config: ml_collections.ConfigDict) -> None:
   """Records the config in a new workdir; refuses a workdir whose recorded config differs.
 
   Nothing in the workdir is touched when the configs differ, so the earlier run's checkpoints stay.
   """
-  path = as_path(workdir) / CONFIG_FILE
   current = json.loads(config.to_json_best_effort(sort_keys=True))
-  if path.exists():
-    recorded = json.loads(path.read_text())
-    old, new = _without_restart_safe_keys(recorded), _without_restart_safe_keys(current)
-    if old != new:
-      differences = sorted(_differing_keys(old, new))
-      raise ConfigMismatchError(
-          f"{path.parent} holds a run of a different config (differing keys: {', '.join(differences)}). "
-          "Use a new --workdir, or restart with the recorded config.")
-    return
-  if jax.process_index() == 0:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(current, indent=2, sort_keys=True))
+  changes = lambda recorded: sorted(_differing_keys(_without_restart_safe_keys(recorded),
+                                                    _without_restart_safe_keys(current)))
+  error = lambda directory, keys: ConfigMismatchError(
+      f"{directory} holds a run of a different config (differing keys: {', '.join(keys)}). "
+      "Use a new --workdir, or restart with the recorded config.")
+  _record_or_check(workdir, CONFIG_FILE, current, changes, error)
 
 
 def guard_workdir_data(workdir: str | epath.PathLike, current: dict[str, int | str]) -> None:
@@ -85,14 +85,27 @@ def guard_workdir_data(workdir: str | epath.PathLike, current: dict[str, int | s
   The same path can hold other data later (a renamed entity, an edited file): checkpoints trained on
   the old data are never evaluated or resumed with the new.
   """
-  path = as_path(workdir) / DATA_FILE
+  changes = lambda recorded: fingerprint.differences(recorded, current)
+  error = lambda directory, changed: DataMismatchError(
+      f"{directory} was trained on different data than the config reads now ({'; '.join(changed)}). "
+      "Use a new --workdir, or restore the data it was trained on.")
+  _record_or_check(workdir, DATA_FILE, current, changes, error)
+
+
+def _record_or_check(workdir: str | epath.PathLike, name: str, current: dict[str, Any],
+                     changes_from: Callable[[dict[str, Any]], list[str]],
+                     error: Callable[[epath.Path, list[str]], Exception]) -> None:
+  """Writes `current` to `workdir/name`, unless a record is there: then raises `error` when it differs and a
+  step was trained under it; a record under which nothing was trained is replaced, with a warning."""
+  path = as_path(workdir) / name
   if path.exists():
-    changes = fingerprint.differences(json.loads(path.read_text()), current)
-    if changes:
-      raise DataMismatchError(
-          f"{path.parent} was trained on different data than the config reads now ({'; '.join(changes)}). "
-          "Use a new --workdir, or restore the data it was trained on.")
-    return
+    changes = changes_from(json.loads(path.read_text()))
+    if not changes:
+      return
+    if has_trained_steps(workdir):
+      raise error(path.parent, changes)
+    logging.warning("%s: nothing was trained under its %s; recording the new one (%s).", path.parent, name,
+                    "; ".join(changes))
   if jax.process_index() == 0:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(current, indent=2, sort_keys=True))

@@ -62,6 +62,32 @@ def _duration(seconds: float) -> str:
   return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
+MODEL_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def check_config(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> None:
+  """Rejects values no run can use, naming the config key, before anything is read or written."""
+  train, data_shards = config.train, mesh.shape[parallel.DATA_AXIS]
+  checks = [("train.num_steps", train.num_steps, train.num_steps >= 0, "must be 0 (the initial params) or more")]
+  for key in ("log_every_steps", "checkpoint_every_steps", "keep_checkpoints"):
+    checks.append((f"train.{key}", train[key], train[key] >= 1, "must be at least 1"))
+  batch_sizes = [("train.global_batch_size", train.global_batch_size)]
+  if "batch_size" in config.get("eval", {}):
+    batch_sizes.append(("eval.batch_size", config.eval.batch_size))
+  for key, value in batch_sizes:
+    checks += [(key, value, value >= 1, "must be at least 1"),
+               (key, value, value % data_shards == 0, f"must split evenly over the mesh's {data_shards} data shards")]
+  processes = jax.process_count()
+  checks.append(("train.global_batch_size", train.global_batch_size, train.global_batch_size % processes == 0,
+                 f"must split evenly over the {processes} processes"))
+  if "dtype" in config.get("model", {}):
+    dtype = config.model.dtype
+    checks.append(("model.dtype", dtype, dtype in MODEL_DTYPES, f"valid: {list(MODEL_DTYPES)}"))
+  for key, value, ok, message in checks:
+    if not ok:
+      raise ValueError(f"config.{key} = {value!r}: {message}.")
+
+
 class Trainer:
   """Builds the sharded state of one run's objective, trains it, evaluates it."""
 
@@ -69,6 +95,7 @@ class Trainer:
     self.config = config
     self.workdir = checkpoints.as_path(workdir)
     self.mesh = parallel.create_mesh(config.mesh)
+    check_config(config, self.mesh)
     self.objective = objectives.get_objective(config.objective)(config, self.mesh)
     self.evals = evaluators.specs(config)
     self.optimizer = optim.create_optimizer(config.optim, config.train.num_steps)

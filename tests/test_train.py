@@ -104,6 +104,38 @@ def test_changed_data_under_the_same_path_is_refused(tfds_dir, tmp_path):
       run(config, tmp_path / "run")
 
 
+@pytest.mark.parametrize("key, value, message", [
+    ("train.global_batch_size", 0, "must be at least 1"),
+    ("train.global_batch_size", 7, "must split evenly over the mesh's 2 data shards"),
+    ("eval.batch_size", 9, "must split evenly over the mesh's 2 data shards"),
+    ("train.log_every_steps", 0, "must be at least 1"),
+    ("train.checkpoint_every_steps", 0, "must be at least 1"),
+    ("train.keep_checkpoints", 0, "must be at least 1"),
+    ("train.num_steps", -3, "must be 0"),
+    ("model.dtype", "float8", "valid: \\['float32', 'bfloat16', 'float16'\\]"),
+])
+def test_bad_config_values_are_refused_before_anything_is_written(kg_dir, tfds_dir, tmp_path, key, value, message):
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  config.mesh.shape = (2, 1)
+  section, name = key.split(".")
+  config[section][name] = value
+  with pytest.raises(ValueError, match=f"config.{key} = {value!r}: {message}"):
+    train.train_and_evaluate(config, tmp_path / "run")
+  assert not (tmp_path / "run").exists() or not list((tmp_path / "run").rglob("*"))
+
+
+def test_a_workdir_where_nothing_was_trained_accepts_a_corrected_config(kg_dir, tfds_dir, tmp_path):
+  first = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  checkpoints.guard_workdir_config(tmp_path, first)
+  corrected = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  corrected.optim.learning_rate = 1e-4
+  checkpoints.guard_workdir_config(tmp_path, corrected)
+  assert checkpoints.recorded_config(tmp_path).optim.learning_rate == 1e-4
+  (tmp_path / "checkpoints" / "2").mkdir(parents=True)
+  with pytest.raises(checkpoints.ConfigMismatchError, match="differing keys: optim.learning_rate"):
+    checkpoints.guard_workdir_config(tmp_path, first)
+
+
 def test_a_model_without_training_steps_keeps_its_initial_state(kg_dir, tfds_dir, tmp_path):
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   config.train.num_steps = 0
