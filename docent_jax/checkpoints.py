@@ -30,6 +30,10 @@ class ConfigMismatchError(RuntimeError):
   """The workdir was written by a run with a different config."""
 
 
+class CheckpointError(RuntimeError):
+  """A checkpoint cannot be restored."""
+
+
 class DataMismatchError(RuntimeError):
   """The workdir was written by a run on different data."""
 
@@ -136,7 +140,14 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any, data
   args = {"state": ocp.args.StandardRestore(abstract_state)}
   if data_iterator is not None:
     args["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
-  restored = manager.restore(step, args=ocp.args.Composite(**args))
+  try:
+    restored = manager.restore(step, args=ocp.args.Composite(**args))
+  except Exception as error:  # Orbax, TensorStore and grain each raise their own types for a damaged step.
+    earlier = [s for s in manager.all_steps() if s < step]
+    fallback = f"remove it to resume from step {max(earlier)}" if earlier else "remove it to start again"
+    reason = " ".join(str(error).split())[:300]
+    raise CheckpointError(f"Checkpoint {step} in {manager.directory} cannot be restored ({type(error).__name__}: "
+                          f"{reason}). If it is damaged (e.g. a copy cut short), {fallback}.") from error
   logging.info("Restored step %d from %s.", step, manager.directory)
   return restored["state"]
 

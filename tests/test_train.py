@@ -2,6 +2,7 @@
 import json
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import subprocess
@@ -134,6 +135,23 @@ def test_a_workdir_where_nothing_was_trained_accepts_a_corrected_config(kg_dir, 
   (tmp_path / "checkpoints" / "2").mkdir(parents=True)
   with pytest.raises(checkpoints.ConfigMismatchError, match="differing keys: optim.learning_rate"):
     checkpoints.guard_workdir_config(tmp_path, first)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing metadata"])
+def test_a_damaged_latest_checkpoint_names_itself_and_the_step_to_resume_from(kg_dir, tfds_dir, tmp_path, damage):
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  results = train.train_and_evaluate(config, tmp_path)
+  step_dir = tmp_path / "blp_transe" / "checkpoints" / "6"
+  if damage == "truncated":
+    for path in (step_dir / "state").rglob("*"):
+      if path.is_file() and path.stat().st_size > 0:
+        path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+  else:
+    (step_dir / "state" / "_METADATA").unlink()
+  with pytest.raises(checkpoints.CheckpointError, match=r"Checkpoint 6 in .* remove it to resume from step 4"):
+    train.train_and_evaluate(config, tmp_path)
+  shutil.rmtree(step_dir)
+  assert train.train_and_evaluate(config, tmp_path) == pytest.approx(results, abs=1e-5)
 
 
 def test_a_model_without_training_steps_keeps_its_initial_state(kg_dir, tfds_dir, tmp_path):
