@@ -1,5 +1,6 @@
 """DOCENT-DUAL end to end on a tiny review corpus: training, search evaluation, sharded full softmax."""
 import json
+import shutil
 
 import jax
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 from configs import docent
 from docent_jax import parallel
 from docent_jax import train
+from docent_jax.data.reviews import corpus as review_corpus
 from review_fixtures import tiny_config
 
 def test_dual_trains_and_writes_search_and_tag_metrics_beside_baselines(reviews_dir, reviews_tfds_dir, tmp_path):
@@ -65,3 +67,24 @@ def test_unknown_negatives_and_variant_are_refused(reviews_dir, reviews_tfds_dir
     train.Trainer(config, "unused")
   with pytest.raises(ValueError, match="valid: \\['dual', 'full', 'hybrid'\\]"):
     docent.get_config("dual_encoder")
+
+
+@pytest.mark.parametrize("tags", ["none", "training movies only"])
+def test_a_corpus_without_usable_tags_trains_and_reports_the_rest(reviews_dir, reviews_tfds_dir, tmp_path, tags):
+  data = tmp_path / "reviews"
+  shutil.copytree(reviews_dir, data)
+  if tags == "none":
+    (data / "tags.tsv").unlink()
+  else:
+    corpus = review_corpus.load_review_corpus(str(reviews_dir), data_dir=reviews_tfds_dir)
+    held_out = {corpus.entity_ids[e] for split in ("validation", "test") for e in corpus.entity_split[split]}
+    lines = (reviews_dir / "tags.tsv").read_text().splitlines()
+    (data / "tags.tsv").write_text("".join(f"{line}\n" for line in lines if line.split("\t")[0] not in held_out))
+  config = tiny_config(data, reviews_tfds_dir)
+  results = train.train_and_evaluate(config, tmp_path / "run")
+  assert (tmp_path / "run" / "docent_dual" / "checkpoints" / "6").is_dir()
+  assert not [key for key in results if "/test/search" in key]
+  if tags == "none":
+    assert not [key for key in results if "search" in key or "tags" in key]
+  else:
+    assert 0.0 < results["docent_dual/all/search_mrr"] <= 1.0

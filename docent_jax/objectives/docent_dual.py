@@ -40,12 +40,17 @@ def search_tasks(corpus: review_corpus.ReviewCorpus,
   """Zero-shot search on tag queries, per split ('test': held-out movies, 'all': every movie).
 
   Returns the ranked movies (entity indices) and the queries: each tag with a movie of the split
-  having at least `min_votes` votes for it; relevant = those movies.
+  having at least `min_votes` votes for it; relevant = those movies. A split without such a tag (e.g.
+  a corpus without tags.tsv) has no search task; the reason is logged.
   """
   tasks = {}
   for split, movies in (("test", corpus.entity_split["test"]), ("all", np.arange(corpus.num_entities))):
     votes = corpus.tag_votes[movies].toarray()
     tags = np.flatnonzero((votes >= min_votes).any(axis=0))
+    if not len(tags):
+      logging.log_first_n(logging.WARNING, "%s: no tag has a %s movie with %d votes (%d tags in all); search on "
+                          "%s movies is skipped.", 4, corpus.name, split, min_votes, len(corpus.tags), split)
+      continue
     tasks[split] = (movies, movie_search.tag_query_set(corpus.tags, votes, tags, min_votes=min_votes))
   return tasks
 
