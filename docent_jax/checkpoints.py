@@ -3,8 +3,11 @@ and data guards.
 
 Every path goes through `etils.epath`, so a `gs://` workdir works like a local one.
 """
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+import contextlib
 import json
+import os
+import socket
 from typing import Any
 
 from absl import logging
@@ -17,6 +20,7 @@ import orbax.checkpoint as ocp
 from docent_jax.data import fingerprint
 
 CONFIG_FILE = "config.json"
+LOCK_FILE = "training.lock"  # Held by the process 0 of the job training in the workdir: {"host", "pid"}.
 DATA_FILE = "data.json"  # The fingerprint of the data the run trained on.
 
 # Keys that may change between a run and its restart without changing what is trained: where it
@@ -28,6 +32,10 @@ RESTART_SAFE_KEYS = ("mesh", "train.log_every_steps", "train.checkpoint_every_st
 
 class ConfigMismatchError(RuntimeError):
   """The workdir was written by a run with a different config."""
+
+
+class WorkdirLockedError(RuntimeError):
+  """Another job is training in the workdir."""
 
 
 class CheckpointError(RuntimeError):
@@ -61,6 +69,62 @@ def recorded_config(workdir: str | epath.PathLike) -> ml_collections.ConfigDict:
   if not path.exists():
     raise FileNotFoundError(f"{path} does not exist: {path.parent} holds no run.")
   return ml_collections.ConfigDict(json.loads(path.read_text()))
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: str | epath.PathLike) -> Iterator[None]:
+  """Holds the workdir's training lock (process 0 of the job takes it), so that two jobs never train one run.
+
+  A lock left by a process of this host that no longer runs (e.g. killed) is taken over with a warning;
+  one from another host is refused, since its process cannot be checked from here. On a local disk the
+  lock is created atomically; on a remote filesystem two starts in the same second may both pass.
+  """
+  if jax.process_index() != 0:
+    yield
+    return
+  path = as_path(workdir) / LOCK_FILE
+  path.parent.mkdir(parents=True, exist_ok=True)
+  owner = {"host": socket.gethostname(), "pid": os.getpid()}
+  while not _create_exclusive(path, json.dumps(owner)):
+    holder = json.loads(path.read_text() or "{}")
+    if holder.get("host") != owner["host"] or _process_alive(holder.get("pid", -1)):
+      raise WorkdirLockedError(
+          f"{path.parent}: another job (pid {holder.get('pid')} on {holder.get('host')}) is training this run. "
+          f"Wait for it, or remove {path} if no such job runs.")
+    logging.warning("%s: taking over the lock of pid %s, which no longer runs.", path, holder.get("pid"))
+    path.unlink()
+  try:
+    yield
+  finally:
+    path.unlink()
+
+
+def _create_exclusive(path: epath.Path, text: str) -> bool:
+  """Creates `path` holding `text`; False when it exists."""
+  if "://" not in str(path):
+    try:
+      descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+      return False
+    with os.fdopen(descriptor, "w") as file:
+      file.write(text)
+    return True
+  if path.exists():
+    return False
+  path.write_text(text)
+  return True
+
+
+def _process_alive(pid: int) -> bool:
+  if pid <= 0:
+    return False
+  try:
+    os.kill(pid, 0)  # Signal 0: only checks that the process exists.
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # Alive, under another user.
+    return True
+  return True
 
 
 def has_trained_steps(workdir: str | epath.PathLike) -> bool:

@@ -176,11 +176,15 @@ class Trainer:
     return metrics
 
   def train(self) -> tuple[Any, dict[str, dict[str, float]]]:
-    """Trains (or resumes) to `train.num_steps`.
+    """Trains (or resumes) to `train.num_steps`, holding the workdir's training lock.
 
     Returns the params to report (the best by `eval.best_metric` when set, else the last) and the
     evaluations already computed on them (at the last step), so that they are not computed twice.
     """
+    with checkpoints.workdir_lock(self.workdir):
+      return self._train()
+
+  def _train(self) -> tuple[Any, dict[str, dict[str, float]]]:
     config = self.config
     checkpoints.guard_workdir_config(self.workdir, config)
     checkpoints.guard_workdir_data(self.workdir, self.objective.data_fingerprint())

@@ -154,6 +154,22 @@ def test_a_damaged_latest_checkpoint_names_itself_and_the_step_to_resume_from(kg
   assert train.train_and_evaluate(config, tmp_path) == pytest.approx(results, abs=1e-5)
 
 
+def test_a_second_job_in_a_workdir_being_trained_is_refused(kg_dir, tfds_dir, tmp_path):
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  config.train.num_steps = 2
+  lock = tmp_path / "blp_transe" / checkpoints.LOCK_FILE
+  lock.parent.mkdir()
+  lock.write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))  # A live job: this one.
+  with pytest.raises(checkpoints.WorkdirLockedError, match=f"another job \\(pid {os.getpid()} on"):
+    train.train_and_evaluate(config, tmp_path)
+  assert lock.exists() and not (tmp_path / "blp_transe" / "checkpoints").exists()
+  # The lock of a job that ended without releasing it is taken over.
+  finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+  lock.write_text(json.dumps({"host": socket.gethostname(), "pid": int(finished.stdout)}))
+  train.train_and_evaluate(config, tmp_path)
+  assert (tmp_path / "blp_transe" / "checkpoints" / "2").is_dir() and not lock.exists()
+
+
 def test_a_model_without_training_steps_keeps_its_initial_state(kg_dir, tfds_dir, tmp_path):
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   config.train.num_steps = 0
