@@ -96,6 +96,16 @@ def test_missing_description_is_counted_skip_or_error(tmp_path):
     kg_files.read_kg_directory(directory, on_missing_text="error")
 
 
+def test_repeated_evaluation_triples_count_once_and_unseen_relations_are_named(tmp_path, caplog):
+  directory = _small_kg(tmp_path, **{"relations.txt": "r1\nr2\nr3\n",
+                                     "test.tsv": "e5\tr2\te4\ne5\tr3\te4\ne5\tr2\te4\n"})
+  with caplog.at_level("WARNING"):
+    graph = kg_files.read_kg_directory(directory)
+  assert graph.triples["test"] == [("e5", "r2", "e4"), ("e5", "r3", "e4")]
+  assert "dropped 1 repeated test triples" in caplog.text
+  assert "1 test triples have relations no training triple has (r3)" in caplog.text
+
+
 def test_empty_description_is_kept(tmp_path):
   graph = kg_files.read_kg_directory(_small_kg(tmp_path, **{
       "entity2text.txt": "e1\t\ne2\ttwo\ne3\tthree\ne4\tfour\ne5\tfive\n"}))

@@ -192,6 +192,33 @@ def _drop_missing_text(triples: dict[str, list[Triple]], texts: Mapping[str, str
   return kept, skipped
 
 
+def _drop_repeated_evaluation_triples(triples: dict[str, list[Triple]],
+                                      directory: epath.Path) -> dict[str, list[Triple]]:
+  """Keeps the first copy of a triple listed twice in an evaluation split, which would count twice in
+  its metrics; training splits stay as written."""
+  kept = {}
+  for split, split_triples in triples.items():
+    if split.endswith("train"):
+      kept[split] = split_triples
+      continue
+    kept[split] = list(dict.fromkeys(split_triples))
+    if len(kept[split]) < len(split_triples):
+      logging.warning("%s: dropped %d repeated %s triples (each is ranked once).", directory,
+                      len(split_triples) - len(kept[split]), split)
+  return kept
+
+
+def _warn_unseen_relations(triples: dict[str, list[Triple]], directory: epath.Path) -> None:
+  """Warns about relations of evaluation triples that no training triple has: their embedding stays untrained."""
+  trained = {t[1] for split, split_triples in triples.items() if split.endswith("train") for t in split_triples}
+  for split, split_triples in triples.items():
+    unseen = sorted({t[1] for t in split_triples} - trained)
+    if unseen:
+      count = sum(t[1] in unseen for t in split_triples)
+      logging.warning("%s: %d %s triples have relations no training triple has (%s); their relation embeddings "
+                      "are untrained.", directory, count, split, ", ".join(unseen[:5]))
+
+
 def read_kg_directory(directory: epath.PathLike,
                       on_missing_text: Literal["skip", "error"] = "skip") -> ParsedGraph:
   """Reads and validates a knowledge-graph directory in the KG-BERT layout.
@@ -257,6 +284,8 @@ def read_kg_directory(directory: epath.PathLike,
   if inductive is not None and transductive is not None:
     triples.update({f"transductive_{split}": transductive[split] for split in SPLITS})
   triples, skipped = _drop_missing_text(triples, texts, on_missing_text, directory)
+  triples = _drop_repeated_evaluation_triples(triples, directory)
+  _warn_unseen_relations(triples, directory)
 
   entity_split = _entity_split(entity_ids, triples, class_split)
   if inductive is not None:
