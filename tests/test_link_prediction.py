@@ -7,6 +7,7 @@ import pytest
 from docent_jax import parallel
 from docent_jax.evaluation import link_prediction
 from docent_jax.evaluation import metrics
+from docent_jax.objectives import blp
 
 NUM_ENTITIES, NUM_RELATIONS, DIM = 40, 3, 4
 
@@ -132,3 +133,14 @@ def test_bad_input_is_named():
   with pytest.raises(ValueError, match="No eval triple"):
     link_prediction.evaluate_link_prediction("distmult", entities, relations, np.array([[0, 0, 1]]),
                                              np.array([2]), filter_triples)
+
+
+def test_in_batch_negatives_never_draw_either_entity_of_their_triple():
+  batch_size, num_negatives = 4, 64
+  index, corrupt_head = blp.sample_negatives(jax.random.key(0), batch_size, num_negatives)
+  index, corrupt_head = np.asarray(index), np.asarray(corrupt_head)
+  for i in range(batch_size):
+    drawn = set(index[i].tolist())
+    assert not drawn & {i, batch_size + i}
+    assert drawn == set(range(2 * batch_size)) - {i, batch_size + i}  # Every other slot, over 64 draws.
+  assert corrupt_head.any() and not corrupt_head.all()

@@ -18,6 +18,7 @@ from docent_jax import checkpoints
 from docent_jax import evaluators
 from docent_jax import parallel
 from docent_jax import train
+from docent_jax.evaluation import link_prediction
 import kg_fixtures
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -168,6 +169,20 @@ def test_a_second_job_in_a_workdir_being_trained_is_refused(kg_dir, tfds_dir, tm
   lock.write_text(json.dumps({"host": socket.gethostname(), "pid": int(finished.stdout)}))
   train.train_and_evaluate(config, tmp_path)
   assert (tmp_path / "blp_transe" / "checkpoints" / "2").is_dir() and not lock.exists()
+
+
+def test_validation_triples_are_ranked_among_training_and_validation_entities(kg_dir, tfds_dir, tmp_path):
+  trainer = train.Trainer(kg_fixtures.tiny_config(kg_dir, tfds_dir), tmp_path)
+  objective, params = trainer.objective, trainer.initial_state().params
+  graph = objective.graph
+  rank = lambda split, candidates: link_prediction.evaluate_link_prediction(
+      objective.scoring, objective.entity_embeddings(params), np.asarray(params["relations"]["embedding"]),
+      graph.triples[split], candidates, graph.all_triples(), batch_size=16)["mrr"]
+  results = next(s for s in evaluators.specs(trainer.config) if s.name == "validation").run(objective, params)
+  known = np.sort(np.concatenate([graph.entity_split["train"], graph.entity_split["validation"]]))
+  assert len(known) < graph.num_entities
+  assert results["validation/mrr"] == pytest.approx(rank("validation", known), abs=1e-6)
+  assert results["validation/mrr"] != pytest.approx(rank("validation", np.arange(graph.num_entities)), abs=1e-6)
 
 
 def test_a_model_without_training_steps_keeps_its_initial_state(kg_dir, tfds_dir, tmp_path):

@@ -50,13 +50,15 @@ class BlpModel(nn.Module):
 def sample_negatives(rng: jax.Array, batch_size: int, num_negatives: int) -> tuple[jax.Array, jax.Array]:
   """In-batch corruption: for each triple, entity indices into [heads; tails] and a corrupt-head mask.
 
-  Index i is a head and B + i its tail; the entity being replaced is never drawn as its own negative.
+  Index i is a head and B + i its tail; as in BLP, neither entity of triple i is drawn as its negative
+  (uniformly over the other 2B - 2 slots).
   """
   index_rng, side_rng = jax.random.split(rng)
   corrupt_head = jax.random.bernoulli(side_rng, 0.5, (batch_size, num_negatives))
-  replaced = jnp.where(corrupt_head, jnp.arange(batch_size)[:, None], batch_size + jnp.arange(batch_size)[:, None])
-  drawn = jax.random.randint(index_rng, (batch_size, num_negatives), 0, 2 * batch_size - 1)
-  return drawn + (drawn >= replaced), corrupt_head
+  head = jnp.arange(batch_size)[:, None]
+  drawn = jax.random.randint(index_rng, (batch_size, num_negatives), 0, 2 * batch_size - 2)
+  drawn = drawn + (drawn >= head)  # Skip the head, then the tail (B + i > i).
+  return drawn + (drawn >= batch_size + head), corrupt_head
 
 
 class BlpObjective(base.Objective):
@@ -130,12 +132,17 @@ class BlpObjective(base.Objective):
 
 @evaluators.register("link_prediction")
 def evaluate_link_prediction(objective: BlpObjective, params: Any, split: str = "test") -> dict[str, float]:
-  """Filtered ranking of the split's triples among all entities ('dynamic', `<split>/mrr`, ...) and, where
-  the split has its own unseen entities, among those only ('transfer', `<split>/transfer_mrr`, ...)."""
+  """Filtered ranking of the split's triples among the entities known by then (validation: training and
+  validation entities; test: all; 'dynamic', `<split>/mrr`, ...) and, where the split has its own unseen
+  entities, among those only ('transfer', `<split>/transfer_mrr`, ...)."""
   graph = objective.graph
   embeddings = objective.entity_embeddings(params)
   relation_embeddings = np.asarray(jax.device_get(params["relations"]["embedding"]))
-  settings = {"": np.arange(graph.num_entities), "transfer_": graph.entity_split[split]}
+  # As in BLP, validation triples are ranked among the entities known by then (training and validation
+  # entities), test triples among all.
+  known = np.sort(np.concatenate([graph.entity_split["train"], graph.entity_split["validation"]]))
+  settings = {"": known if split == "validation" else np.arange(graph.num_entities),
+              "transfer_": graph.entity_split[split]}
   if not len(settings["transfer_"]):
     logging.log_first_n(logging.INFO, "%s: no %s entity is unseen in training (a transductive split); the transfer "
                         "setting does not apply and is not reported.", 2, graph.name, split)
