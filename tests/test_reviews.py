@@ -133,6 +133,21 @@ def test_split_sentences_keeps_abbreviations():
   assert review_files.split_sentences("no end mark here") == ["no end mark here"]
 
 
+def test_scripts_without_spaces_count_and_split_by_character(caplog):
+  assert review_files.split_sentences("这部电影很好。演员很棒！我喜欢「它」。") == ["这部电影很好。", "演员很棒！", "我喜欢「它」。"]
+  assert review_files.count_words("这部电影很好") == 6 and review_files.count_words("good 电影 too") == 4
+  assert review_files.pack_sentences(["这部电影很好。", "演员很棒！"], 8) == ["这部电影很好。", "演员很棒！"]
+  assert review_files.pack_sentences(["这部电影很好看"], 4) == ["这部电影", "很好看"]
+  raw = review_files.RawReviews(entity_ids=["zh", "short"], titles={},
+                                reviews={"zh": ["这部电影很好。演员很棒！"] * 3, "short": ["ok", "fine"]},
+                                tags={}, genres={})
+  with caplog.at_level("WARNING"):
+    dataset = review_files.preprocess(raw, review_files.PreprocessOptions(min_review_words=5, min_reviews=1))
+  assert dataset.entity_ids == ["zh"]
+  assert [text for _, _, text in dataset.sentences] == ["这部电影很好。 演员很棒！"] * 3
+  assert "Entity short is dropped: 0 of its 2 reviews are left after cleaning" in caplog.text
+
+
 def test_pack_sentences_merges_and_cuts():
   sentences = ["a b c.", "d e.", "f g h i.", " ".join(["w"] * 9)]
   assert review_files.pack_sentences(sentences, 5) == ["a b c. d e.", "f g h i.", "w w w w w", "w w w w"]

@@ -31,8 +31,15 @@ _TAG = re.compile(r"<[/!]?[A-Za-z][^<>]{0,200}>|<!--.*?-->")
 _LINE_BREAK_TAG = re.compile(r"<\s*br\s*/?\s*>|<\s*/?\s*p\s*>", re.IGNORECASE)
 _SPACE = re.compile(r"\s+")
 _WORD = re.compile(r"\w")
-# A sentence ends at . ! ? (plus closing quotes/brackets) followed by space and a capital, digit or quote.
-_BOUNDARY = re.compile(r"[.!?]+[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
+# A sentence ends at . ! ? (plus closing quotes/brackets) followed by space and a capital, digit or quote,
+# or at a full-width 。！？ (Chinese, Japanese), which needs no space after it.
+_BOUNDARY = re.compile(r"[.!?]+[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|[。！？]+[」』）\"']*\s*")
+# A word: one character of a script written without spaces (Han, kana; as BERT's tokenizer splits them),
+# or a run of other non-space characters.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
+_WORD_SPAN = re.compile(f"[{_CJK}]|[^\\s{_CJK}]+")
+# Entities dropped by preprocessing that are named in a warning; the rest are counted.
+_NAMED_ENTITY_DROPS = 10
 # Words after which a period does not end a sentence.
 _ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "st", "jr", "sr", "vs", "prof", "mt", "lt", "col", "gen",
                             "no", "vol", "etc", "i.e", "e.g"})
@@ -461,23 +468,31 @@ def split_sentences(text: str) -> list[str]:
   return [s for s in sentences if s]
 
 
+def count_words(text: str) -> int:
+  """Words of `text`: whitespace-separated runs, and each Han or kana character (scripts without spaces)."""
+  return len(_WORD_SPAN.findall(text))
+
+
 def pack_sentences(sentences: Sequence[str], max_words: int) -> list[str]:
-  """Merges consecutive sentences into paragraphs of at most `max_words` words.
+  """Merges consecutive sentences into paragraphs of at most `max_words` words (`count_words`).
 
   A sentence longer than `max_words` is cut into pieces of `max_words` words, so
   every paragraph fits a BERT input of about 1.3 * max_words word pieces.
   """
   paragraphs: list[str] = []
   current: list[str] = []
+  current_words = 0
   for sentence in sentences:
-    words = sentence.split()
-    if current and len(current) + len(words) > max_words:
+    spans = [match.span() for match in _WORD_SPAN.finditer(sentence)]
+    if current and current_words + len(spans) > max_words:
       paragraphs.append(" ".join(current))
-      current = []
-    while len(words) > max_words:
-      paragraphs.append(" ".join(words[:max_words]))
-      words = words[max_words:]
-    current.extend(words)
+      current, current_words = [], 0
+    while len(spans) > max_words:
+      paragraphs.append(sentence[spans[0][0]:spans[max_words - 1][1]])
+      spans = spans[max_words:]
+    if spans:
+      current.append(sentence[spans[0][0]:spans[-1][1]])
+      current_words += len(spans)
   if current:
     paragraphs.append(" ".join(current))
   return paragraphs
@@ -555,7 +570,7 @@ def preprocess(raw: RawReviews, options: PreprocessOptions) -> ReviewDataset:
       if not _WORD.search(text):
         dropped["reviews with no text after cleaning"] += 1
         continue
-      if len(text.split()) < options.min_review_words:
+      if count_words(text) < options.min_review_words:
         dropped["reviews shorter than min_review_words"] += 1
         continue
       if pattern is not None:
@@ -569,6 +584,9 @@ def preprocess(raw: RawReviews, options: PreprocessOptions) -> ReviewDataset:
         continue
       paragraphs_of_reviews.append(pieces)
     if len(paragraphs_of_reviews) < options.min_reviews:
+      if dropped["entities with fewer than min_reviews reviews"] < _NAMED_ENTITY_DROPS:
+        logging.warning("Entity %s is dropped: %d of its %d reviews are left after cleaning, fewer than "
+                        "min_reviews (%d).", entity, len(paragraphs_of_reviews), len(reviews), options.min_reviews)
       dropped["entities with fewer than min_reviews reviews"] += 1
       dropped["reviews of entities with fewer than min_reviews reviews"] += len(paragraphs_of_reviews)
       continue
@@ -582,6 +600,9 @@ def preprocess(raw: RawReviews, options: PreprocessOptions) -> ReviewDataset:
     for pieces in kept[entity]:
       sentences.extend((entity_index, review_index, piece) for piece in pieces)
       review_index += 1
+  if dropped["entities with fewer than min_reviews reviews"] > _NAMED_ENTITY_DROPS:
+    logging.warning("%d entities are dropped in all for having fewer than %d reviews left.",
+                    dropped["entities with fewer than min_reviews reviews"], options.min_reviews)
   dropped = {reason: count for reason, count in sorted(dropped.items()) if count}
   for reason, count in dropped.items():
     logging.info("Dropped %d %s.", count, reason)
