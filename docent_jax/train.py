@@ -65,18 +65,23 @@ def _duration(seconds: float) -> str:
 MODEL_DTYPES = ("float32", "bfloat16", "float16")
 
 
-def check_config(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> None:
-  """Rejects values no run can use, naming the config key, before anything is read or written."""
+def check_config(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, rows_per_example: int = 1) -> None:
+  """Rejects values no run can use, naming the config key, before anything is read or written.
+
+  `rows_per_example`: batch rows per unit of `train.global_batch_size` (the objective's); the rows are
+  split over the mesh's data shards.
+  """
   train, data_shards = config.train, mesh.shape[parallel.DATA_AXIS]
   checks = [("train.num_steps", train.num_steps, train.num_steps >= 0, "must be 0 (the initial params) or more")]
   for key in ("log_every_steps", "checkpoint_every_steps", "keep_checkpoints"):
     checks.append((f"train.{key}", train[key], train[key] >= 1, "must be at least 1"))
-  batch_sizes = [("train.global_batch_size", train.global_batch_size)]
+  batch_sizes = [("train.global_batch_size", train.global_batch_size, rows_per_example)]
   if "batch_size" in config.get("eval", {}):
-    batch_sizes.append(("eval.batch_size", config.eval.batch_size))
-  for key, value in batch_sizes:
-    checks += [(key, value, value >= 1, "must be at least 1"),
-               (key, value, value % data_shards == 0, f"must split evenly over the mesh's {data_shards} data shards")]
+    batch_sizes.append(("eval.batch_size", config.eval.batch_size, 1))
+  for key, value, rows in batch_sizes:
+    shards = f"must split evenly over the mesh's {data_shards} data shards"
+    shards += f" ({rows} rows each)" if rows > 1 else ""
+    checks += [(key, value, value >= 1, "must be at least 1"), (key, value, value * rows % data_shards == 0, shards)]
   processes = jax.process_count()
   checks.append(("train.global_batch_size", train.global_batch_size, train.global_batch_size % processes == 0,
                  f"must split evenly over the {processes} processes"))
@@ -95,8 +100,9 @@ class Trainer:
     self.config = config
     self.workdir = checkpoints.as_path(workdir)
     self.mesh = parallel.create_mesh(config.mesh)
-    check_config(config, self.mesh)
-    self.objective = objectives.get_objective(config.objective)(config, self.mesh)
+    objective_class = objectives.get_objective(config.objective)
+    check_config(config, self.mesh, objective_class.rows_per_example)
+    self.objective = objective_class(config, self.mesh)
     self.evals = evaluators.specs(config)
     self.optimizer = optim.create_optimizer(config.optim, config.train.num_steps)
     self.rng = jax.random.key(config.seed)

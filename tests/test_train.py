@@ -297,6 +297,7 @@ def test_workdir_of_another_config_is_refused(kg_dir, tfds_dir, tmp_path):
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   checkpoints.guard_workdir_config(tmp_path, config)
   recorded = (tmp_path / checkpoints.CONFIG_FILE).read_text()
+  (tmp_path / "checkpoints" / "2").mkdir(parents=True)  # A trained step.
   config.mesh.shape = (2, 4)  # Where it runs may change...
   checkpoints.guard_workdir_config(tmp_path, config)
   config.model.scoring = "distmult"  # ...what it computes may not.

@@ -22,6 +22,9 @@ class Objective(abc.ABC):
   # Batch entries that are whole values of the step (every process passes them in full, replicated),
   # not rows split over the data axis.
   shared_batch_keys: tuple[str, ...] = ()
+  # Rows of a global batch per unit of `train.global_batch_size` (SupCon: an anchor and its partner);
+  # the rows are what is split over the mesh's data shards.
+  rows_per_example: int = 1
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     self.config = config

@@ -65,6 +65,8 @@ def offer_labels_of(corpus: offer_corpus.OfferCorpus, kind: str, *, fraction: fl
 class SupconObjective(base.Objective):
   """Contrastive pre-training of the offer encoder (mean-pooled BERT)."""
 
+  rows_per_example = 2  # Each anchor is followed by its partner.
+
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)
     self.corpus = offer_corpus.load_offer_corpus(config.data.dataset, data_dir=config.data.tfds_data_dir,
