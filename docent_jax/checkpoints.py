@@ -19,6 +19,7 @@ import orbax.checkpoint as ocp
 
 from docent_jax.data import fingerprint
 
+CHECKPOINTS_DIR = "checkpoints"  # In a run's workdir: the train state's Orbax steps.
 CONFIG_FILE = "config.json"
 LOCK_FILE = "training.lock"  # Held by the process 0 of the job training in the workdir: {"host", "pid"}.
 DATA_FILE = "data.json"  # The fingerprint of the data the run trained on.
@@ -129,7 +130,7 @@ def _process_alive(pid: int) -> bool:
 
 def has_trained_steps(workdir: str | epath.PathLike) -> bool:
   """Whether the run in `workdir` saved a checkpoint of a trained step (or of step 0 of a 0-step run)."""
-  directory = as_path(workdir) / "checkpoints"
+  directory = as_path(workdir) / CHECKPOINTS_DIR
   return directory.exists() and any(p.name.isdigit() for p in directory.iterdir())
 
 

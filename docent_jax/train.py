@@ -192,9 +192,9 @@ class Trainer:
 
   def _train(self) -> tuple[Any, dict[str, dict[str, float]]]:
     config = self.config
-    checkpoints.guard_workdir_config(self.workdir, config)
-    checkpoints.guard_workdir_data(self.workdir, self.objective.data_fingerprint())
-    manager = checkpoints.create_manager(self.workdir / "checkpoints", every_steps=config.train.checkpoint_every_steps,
+    self._guard_workdir()
+    manager = checkpoints.create_manager(self.workdir / checkpoints.CHECKPOINTS_DIR,
+                                         every_steps=config.train.checkpoint_every_steps,
                                          keep=config.train.keep_checkpoints)
     best = self._best_params()
     loader = self.objective.train_batches(config.seed)
@@ -260,16 +260,20 @@ class Trainer:
     best.close()
     return params, (last_metrics if best_step == num_steps else {})
 
-  def restore_params(self) -> Any:
-    """The params to report from the workdir: the best checkpoint's when kept, else the latest one's."""
+  def _guard_workdir(self) -> None:
+    """Records, or checks against the workdir's records, this run's config and data."""
     checkpoints.guard_workdir_config(self.workdir, self.config)
     checkpoints.guard_workdir_data(self.workdir, self.objective.data_fingerprint())
+
+  def restore_params(self) -> Any:
+    """The params to report from the workdir: the best checkpoint's when kept, else the latest one's."""
+    self._guard_workdir()
     best = self._best_params()
     if best is not None and best.best_step() is not None:
       params = best.restore(self.abstract_state().params)
       best.close()
       return params
-    manager = checkpoints.create_manager(self.workdir / "checkpoints", every_steps=1, keep=None)
+    manager = checkpoints.create_manager(self.workdir / checkpoints.CHECKPOINTS_DIR, every_steps=1, keep=None)
     latest = manager.latest_step()
     if latest is None:
       raise FileNotFoundError(f"No checkpoint in {self.workdir / 'checkpoints'} to evaluate.")

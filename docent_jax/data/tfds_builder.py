@@ -88,19 +88,19 @@ def directory_config_name(directory: epath.Path, default_stem: str) -> str:
 
 def directory_fingerprint(directory: epath.Path) -> str:
   """A short hash of a directory's path and its files' names, sizes and modification times."""
-  digest = hashlib.sha256(str(directory).encode())
-  for path in sorted(directory.iterdir()):
-    if path.is_file():
-      size, mtime = _size_and_mtime(path)
-      digest.update(f"{path.name}:{size}:{mtime}".encode())
-  return digest.hexdigest()[:10]
+  return _files_fingerprint(directory, [path for path in directory.iterdir() if path.is_file()])
 
 
 def tree_fingerprint(directory: epath.Path) -> str:
   """`directory_fingerprint` over every file below the directory, subdirectories included."""
+  return _files_fingerprint(directory, [epath.Path(parent) / name for parent, _, names in directory.walk()
+                                        for name in names])
+
+
+def _files_fingerprint(directory: epath.Path, files: list[epath.Path]) -> str:
+  """A short hash of `directory` and its `files`' paths (relative to it), sizes and modification times."""
   digest = hashlib.sha256(str(directory).encode())
-  files = sorted(epath.Path(parent) / name for parent, _, names in directory.walk() for name in names)
-  for path in files:
+  for path in sorted(files):
     size, mtime = _size_and_mtime(path)
     digest.update(f"{path.relative_to(directory)}:{size}:{mtime}".encode())
   return digest.hexdigest()[:10]

@@ -212,11 +212,11 @@ def _warn_unseen_relations(triples: dict[str, list[Triple]], directory: epath.Pa
   """Warns about relations of evaluation triples that no training triple has: their embedding stays untrained."""
   trained = {t[1] for split, split_triples in triples.items() if split.endswith("train") for t in split_triples}
   for split, split_triples in triples.items():
-    unseen = sorted({t[1] for t in split_triples} - trained)
+    unseen = {t[1] for t in split_triples} - trained
     if unseen:
       count = sum(t[1] in unseen for t in split_triples)
       logging.warning("%s: %d %s triples have relations no training triple has (%s); their relation embeddings "
-                      "are untrained.", directory, count, split, ", ".join(unseen[:5]))
+                      "are untrained.", directory, count, split, ", ".join(sorted(unseen)[:5]))
 
 
 def read_kg_directory(directory: epath.PathLike,
