@@ -51,6 +51,24 @@ def test_bytes_that_are_not_utf8_name_the_line(tmp_path, data, line):
     io.read_lines(path)
 
 
+@pytest.mark.parametrize("data, line", [(b"a\x00b\nc\n", 1), (b"a\nb\rc\x00\n", 3), (b"a\n" + b"\x00" * 512, 2)])
+def test_nul_bytes_name_the_line(tmp_path, data, line):
+  path = tmp_path / "rows.tsv"
+  path.write_bytes(data)
+  with pytest.raises(io.DataFormatError, match=rf"rows.tsv:{line}: a NUL byte"):
+    list(io.numbered_lines(path))
+
+
+def test_cut_short_gzip_names_the_line_where_it_ends(tmp_path):
+  path = tmp_path / "rows.tsv.gz"
+  path.write_bytes(gzip.compress(b"".join(b"row %d\n" % i for i in range(1000)))[:-20])
+  with pytest.raises(io.DataFormatError, match=r"rows.tsv.gz:\d+: damaged or cut-short compressed data"):
+    list(io.numbered_lines(path))
+  path.write_bytes(b"\x1f\x8b not gzip")
+  with pytest.raises(io.DataFormatError, match=r"rows.tsv.gz:1: damaged or cut-short compressed data"):
+    list(io.numbered_lines(path))
+
+
 def test_find_file(tmp_path):
   assert io.find_file(tmp_path, "rows.txt") is None
   (tmp_path / "rows.txt.gz").write_bytes(gzip.compress(b"x\n"))

@@ -96,13 +96,17 @@ def test_missing_description_is_counted_skip_or_error(tmp_path):
     kg_files.read_kg_directory(directory, on_missing_text="error")
 
 
-def test_repeated_evaluation_triples_count_once_and_unseen_relations_are_named(tmp_path, caplog):
+def test_repeated_triples_count_once_and_unseen_relations_are_named(tmp_path, caplog):
   directory = _small_kg(tmp_path, **{"relations.txt": "r1\nr2\nr3\n",
                                      "test.tsv": "e5\tr2\te4\ne5\tr3\te4\ne5\tr2\te4\n"})
+  train = (directory / "train.tsv").read_text()
+  (directory / "train.tsv").write_text(train + train.splitlines(keepends=True)[0])
   with caplog.at_level("WARNING"):
     graph = kg_files.read_kg_directory(directory)
   assert graph.triples["test"] == [("e5", "r2", "e4"), ("e5", "r3", "e4")]
   assert "dropped 1 repeated test triples" in caplog.text
+  assert graph.triples["train"] == [("e1", "r1", "e2"), ("e2", "r2", "e3")]
+  assert "dropped 1 repeated train triples" in caplog.text
   assert "1 test triples have relations no training triple has (r3)" in caplog.text
 
 

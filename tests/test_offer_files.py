@@ -93,12 +93,23 @@ def test_deepmatcher_attribute_selection_and_word_caps(tmp_path):
     ("train.csv", PAIRS["train.csv"].replace(",1\n", ",0\n"), r"train.csv:1-4: none of the 3 training pairs"),
     ("valid.csv", "ltable_id,rtable_id,label\n", r"valid.csv:1: no validation pairs"),
     ("valid.csv", "ltable_id,label\n2,0\n", r"valid.csv:1: header .* lacks columns \['rtable_id'\]"),
+    ("test.csv", PAIRS["test.csv"] + "2,10,1\n", r"test.csv:4: pair labelled 1, but 0 at test.csv:2"),
 ])
 def test_deepmatcher_bad_input_names_file_and_line(tmp_path, name, content, message):
   write_deepmatcher(tmp_path)
   (tmp_path / name).write_text(content, encoding="utf-8")
   with pytest.raises(io.DataFormatError, match=message):
     offer_files.read_deepmatcher(offer_files.deepmatcher_paths(tmp_path))
+
+
+def test_deepmatcher_repeated_pairs_count_once(tmp_path, caplog):
+  write_deepmatcher(tmp_path)
+  (tmp_path / "test.csv").write_text(PAIRS["test.csv"] + "2,10,0\n0,11,0\n", encoding="utf-8")
+  with caplog.at_level("WARNING"):
+    dataset = offer_files.read_deepmatcher(offer_files.deepmatcher_paths(tmp_path))
+  assert dataset.pairs["test"] == [(2, 3, 0), (0, 4, 0)]
+  assert dataset.counts["repeated test pairs dropped"] == 2
+  assert "dropped 2 repeated test pairs" in caplog.text
 
 
 def test_deepmatcher_non_utf8_bytes_name_file_and_line(tmp_path):
@@ -244,6 +255,9 @@ def test_wdc_json_offers_have_ids_and_products(tmp_path):
      r"computers_train_small.json.gz:4: label 'match' is not 0 or 1"),
     (dict(train_record=_pair(_offer("left", **SONY), _offer("right", **{**BOSE, "cluster": None}), 0, "9")),
      r"computers_train_small.json.gz:4: no \['cluster_id_right'\]"),
+    (dict(train_record={k: v for k, v in _pair(_offer("left", **SONY), _offer("right", **BOSE), 0, "9").items()
+                        if k != "title_right"}),
+     r"computers_train_small.json.gz:4: no title_right \(null when the offer has no title\)"),
     (dict(validation_ids=("1#3", "5#6")), r"computers_valid_small.csv:3: pair_id '5#6' is not a pair of"),
 ])
 def test_wdc_json_bad_input_names_file_and_line(tmp_path, change, message):

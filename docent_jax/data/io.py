@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import gzip
 import json
 from typing import BinaryIO
+import zlib
 
 from etils import epath
 
@@ -37,22 +38,29 @@ def numbered_lines(path: epath.PathLike) -> Iterator[tuple[int, str]]:
   A last line without a line end counts; a line end at the very end adds no empty line.
 
   Raises:
-    DataFormatError: the file is empty (nothing but blanks) or holds bytes that are not UTF-8.
+    DataFormatError: the file is empty (nothing but blanks), holds bytes that are not UTF-8 or a NUL byte,
+      or its gzip data is damaged or cut short.
   """
   path = epath.Path(path)
   with path.open("rb") as file:
     if path.suffix == ".gz":
       with gzip.GzipFile(fileobj=file) as unzipped:
-        yield from _decode(path, unzipped)
+        yield from _decode(path, unzipped, damaged=(EOFError, gzip.BadGzipFile, zlib.error))
     else:
-      yield from _decode(path, file)
+      yield from _decode(path, file, damaged=())
+
+
+def row_lines(path: epath.PathLike) -> Iterator[tuple[int, str]]:
+  """(line number, line) of the lines that hold a row, in a file of one row per line: a blank line (an
+  editor's last line, the gap between two files appended) holds none."""
+  for number, line in numbered_lines(path):
+    if line.strip():
+      yield number, line
 
 
 def json_lines(path: epath.PathLike) -> Iterator[tuple[int, dict]]:
   """(line number, object) of each non-blank line of a JSON-lines file; a line that is no JSON object is an error."""
-  for number, line in numbered_lines(path):
-    if not line.strip():
-      continue
+  for number, line in row_lines(path):
     try:
       record = json.loads(line)
     except json.JSONDecodeError as error:
@@ -67,12 +75,22 @@ def read_lines(path: epath.PathLike) -> list[str]:
   return [line for _, line in numbered_lines(path)]
 
 
-def _decode(path: epath.Path, file: BinaryIO) -> Iterator[tuple[int, str]]:
-  """The lines of `numbered_lines`; blank lines before the first text wait until the file proves non-empty."""
+def _decode(path: epath.Path, file: BinaryIO, damaged: tuple[type[Exception], ...]) -> Iterator[tuple[int, str]]:
+  """The lines of `numbered_lines`; blank lines before the first text wait until the file proves non-empty.
+
+  `damaged`: what reading `file` raises when its (compressed) data is damaged.
+  """
   number = 0
   held_back: list[tuple[int, str]] = []
   has_text = False
-  for raw in file:
+  raw_lines = iter(file)
+  while True:
+    try:
+      raw = next(raw_lines, None)
+    except damaged as error:
+      raise DataFormatError(f"{path}:{number + 1}: damaged or cut-short compressed data ({error}).") from None
+    if raw is None:
+      break
     if number == 0:
       raw = raw.removeprefix(_BYTE_ORDER_MARK)
     # `raw` ends at LF (or the end of the file); a CR before it is part of the line end, any other CR ends a line.
@@ -82,6 +100,9 @@ def _decode(path: epath.Path, file: BinaryIO) -> Iterator[tuple[int, str]]:
     except UnicodeDecodeError as error:
       line = number + body[:error.start].count(b"\r") + 1
       raise DataFormatError(f"{path}:{line}: bytes that are not valid UTF-8 ({error.reason}).") from None
+    if "\0" in text:  # Never in a text dataset; a block of zeros is what a crash can leave in a file.
+      line = number + text[:text.index("\0")].count("\r") + 1
+      raise DataFormatError(f"{path}:{line}: a NUL byte (the file is damaged or not text).")
     for line in text.split("\r"):
       number += 1
       if has_text:

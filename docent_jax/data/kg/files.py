@@ -61,7 +61,7 @@ class ParsedGraph:
 
 def _split_fields(path: epath.PathLike, num_fields: int) -> Iterable[tuple[int, list[str]]]:
   """Yields (line number, fields) for tab-separated rows of exactly `num_fields` fields."""
-  for number, line in io.numbered_lines(path):
+  for number, line in io.row_lines(path):
     fields = line.split("\t", num_fields - 1) if num_fields == 2 else line.split("\t")
     if len(fields) != num_fields:
       raise io.DataFormatError(f"{path}:{number}: expected {num_fields} tab-separated fields, "
@@ -81,7 +81,7 @@ def _check_new_id(path: epath.PathLike, number: int, identifier: str, first_line
 def read_id_list(path: epath.PathLike) -> list[str]:
   """Reads a one-id-per-line vocabulary; rejects empty and duplicate ids."""
   first_line: dict[str, int] = {}
-  for number, line in io.numbered_lines(path):
+  for number, line in io.row_lines(path):
     _check_new_id(path, number, line.strip(), first_line)
   return list(first_line)
 
@@ -192,18 +192,14 @@ def _drop_missing_text(triples: dict[str, list[Triple]], texts: Mapping[str, str
   return kept, skipped
 
 
-def _drop_repeated_evaluation_triples(triples: dict[str, list[Triple]],
-                                      directory: epath.Path) -> dict[str, list[Triple]]:
-  """Keeps the first copy of a triple listed twice in an evaluation split, which would count twice in
-  its metrics; training splits stay as written."""
+def _drop_repeated_triples(triples: dict[str, list[Triple]], directory: epath.Path) -> dict[str, list[Triple]]:
+  """Keeps the first copy of a triple listed twice in a split: it would count twice in an evaluation
+  split's metrics, and weigh twice in training (a file appended to itself, say)."""
   kept = {}
   for split, split_triples in triples.items():
-    if split.endswith("train"):
-      kept[split] = split_triples
-      continue
     kept[split] = list(dict.fromkeys(split_triples))
     if len(kept[split]) < len(split_triples):
-      logging.warning("%s: dropped %d repeated %s triples (each is ranked once).", directory,
+      logging.warning("%s: dropped %d repeated %s triples (each is used once).", directory,
                       len(split_triples) - len(kept[split]), split)
   return kept
 
@@ -284,7 +280,7 @@ def read_kg_directory(directory: epath.PathLike,
   if inductive is not None and transductive is not None:
     triples.update({f"transductive_{split}": transductive[split] for split in SPLITS})
   triples, skipped = _drop_missing_text(triples, texts, on_missing_text, directory)
-  triples = _drop_repeated_evaluation_triples(triples, directory)
+  triples = _drop_repeated_triples(triples, directory)
   _warn_unseen_relations(triples, directory)
 
   entity_split = _entity_split(entity_ids, triples, class_split)

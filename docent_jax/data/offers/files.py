@@ -9,7 +9,8 @@ train / validation / test pairs of offer indices with a 0/1 label):
   WDC pair files   one pair per line, `COL title VAL <offer 1><TAB>COL title VAL <offer 2><TAB><0|1>`
                 (Ditto's form of WDC LSPC; any `COL a VAL x COL b VAL y` attributes).
                 Offers carry no ids, so identical offers (same attributes, same
-                values after collapsing whitespace) are one offer; one source.
+                values after collapsing whitespace) are one offer, and a repeated line
+                is another pair (WDC's gold standard has such pairs); one source.
   WDC LSPC json   the original training sets and gold standard (JSON lines with
                 id_left / id_right, title_left, brand_left, ..., cluster_id_left,
                 label, pair_id) and the validation set's pair ids (CSV with pair_id);
@@ -21,8 +22,10 @@ An attribute with an empty value keeps its name (`[COL] price [VAL]`), as their
 code does. WDC json values are cleaned like theirs (schema.org quoting and
 language tags removed) and capped in words (`WDC_MAX_WORDS`).
 
-Every format error (`io.DataFormatError`) names the file and line.
+Every format error (`io.DataFormatError`) names the file and line. A pair of offers with ids
+listed twice in a split is kept once, counted and logged.
 """
+import collections
 import csv
 import dataclasses
 import re
@@ -115,6 +118,8 @@ def read_csv(path: epath.PathLike, required: Sequence[str] = ()) -> tuple[list[s
   try:
     header = [name.strip() for name in next(reader)]
     for row in reader:
+      if not "".join(row).strip():  # A blank line (outside quotes) holds no row.
+        continue
       if len(row) != len(header):
         raise io.DataFormatError(f"{path}:{reader.line_num}: expected {len(header)} fields ({','.join(header)}), "
                                  f"found {len(row)}: {','.join(row)[:100]!r}")
@@ -145,6 +150,31 @@ def _check_pairs(paths: Mapping[str, epath.PathLike], pairs: Mapping[str, list[t
   if not counts["train positives"]:
     raise io.DataFormatError(f"{paths['train']}:1-{last_lines['train']}: none of the {counts['train pairs']} training "
                              "pairs is a match (label 1); matching needs positive pairs.")
+
+
+class _KeyedPairs:
+  """Pairs of offers that have ids, by split. A pair listed twice in a split is kept once (counted and
+  logged), since it would count twice in that split's F1; listed again with the other label, it is an error."""
+
+  def __init__(self):
+    self.pairs: dict[str, list[tuple[int, int, int]]] = {split: [] for split in PAIR_SPLITS}
+    self._first: dict[str, dict[tuple[int, int], tuple[str, int]]] = {split: {} for split in PAIR_SPLITS}
+    self._repeated: collections.Counter = collections.Counter()
+
+  def add(self, split: str, path: epath.Path, line: int, left: int, right: int, label: int) -> None:
+    first = self._first[split].get((left, right))
+    if first is None:
+      self._first[split][(left, right)] = (f"{path.name}:{line}", label)
+      self.pairs[split].append((left, right, label))
+    elif first[1] != label:
+      raise io.DataFormatError(f"{path}:{line}: pair labelled {label}, but {first[1]} at {first[0]}.")
+    else:
+      self._repeated[split] += 1
+
+  def log_repeated(self, where: str, counts: dict[str, int]) -> None:
+    for split, count in self._repeated.items():
+      logging.warning("%s: dropped %d repeated %s pairs (each is scored once).", where, count, split)
+      counts[f"repeated {split} pairs dropped"] = count
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -215,23 +245,24 @@ def read_deepmatcher(paths: Mapping[str, epath.PathLike], attributes: Sequence[s
     offer_ids += ids
     offer_texts += [serialize(offer, max_words) for offer in offers]
     counts[f"{table} rows"] = len(ids)
-  pairs: dict[str, list[tuple[int, int, int]]] = {}
+  pairs = _KeyedPairs()
   last_lines = {}
   for split in PAIR_SPLITS:
     path = paths[split]
     header, rows = read_csv(path, DEEPMATCHER_PAIR_COLUMNS)
     left, right, label = (header.index(name) for name in DEEPMATCHER_PAIR_COLUMNS)
-    pairs[split] = []
     for line, row in rows:
       for table, column, known in (("tableA", left, index[0]), ("tableB", right, index[1])):
         if row[column].strip() not in known:
           raise io.DataFormatError(f"{path}:{line}: {header[column]} {row[column]!r} is not an id of "
                                    f"{paths[table].name}.")
-      pairs[split].append((index[0][row[left].strip()], index[1][row[right].strip()], _label(path, line, row[label])))
+      pairs.add(split, path, line, index[0][row[left].strip()], index[1][row[right].strip()],
+                _label(path, line, row[label]))
     last_lines[split] = rows[-1][0] if rows else 1
-  _check_pairs(paths, pairs, last_lines, counts)
+  pairs.log_repeated(str(paths["train"].parent), counts)
+  _check_pairs(paths, pairs.pairs, last_lines, counts)
   return OfferDataset(source_names=tuple(DEEPMATCHER_TABLES), offer_source=offer_source, offer_ids=offer_ids,
-                      offer_texts=offer_texts, offer_products=[""] * len(offer_ids), pairs=pairs, counts=counts)
+                      offer_texts=offer_texts, offer_products=[""] * len(offer_ids), pairs=pairs.pairs, counts=counts)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -292,7 +323,7 @@ def read_wdc_pair_files(paths: Mapping[str, epath.PathLike], attributes: Sequenc
     path = epath.Path(paths[split])
     pairs[split] = []
     number = 0
-    for number, line in io.numbered_lines(path):
+    for number, line in io.row_lines(path):
       fields = line.split("\t")
       if len(fields) != 3:
         raise io.DataFormatError(f"{path}:{number}: expected 3 tab-separated fields (offer, offer, label), "
@@ -333,7 +364,9 @@ def _wdc_offer(path: epath.Path, number: int, record: dict[str, Any], side: str,
     raise io.DataFormatError(f"{path}:{number}: no {missing}.")
   values = []
   for name in attributes:
-    value = record.get(f"{name}_{side}")
+    if f"{name}_{side}" not in record:  # An empty value is null; a missing key is a damaged record.
+      raise io.DataFormatError(f"{path}:{number}: no {name}_{side} (null when the offer has no {name}).")
+    value = record[f"{name}_{side}"]
     if value is not None and not isinstance(value, str):
       raise io.DataFormatError(f"{path}:{number}: {name}_{side} is a {type(value).__name__}, not a string.")
     value = value or ""
@@ -372,7 +405,7 @@ def read_wdc_json(train_path: epath.PathLike, validation_path: epath.PathLike, t
     validation_ids.setdefault(pair_id, line)
   table = _OfferTable()
   first_seen: dict[str, tuple[Attributes, str, str]] = {}
-  pairs: dict[str, list[tuple[int, int, int]]] = {split: [] for split in PAIR_SPLITS}
+  pairs = _KeyedPairs()
   last_lines = {}
   found_validation = set()
   for file_split, path in (("train", train_path), ("test", test_path)):
@@ -391,7 +424,7 @@ def read_wdc_json(train_path: epath.PathLike, validation_path: epath.PathLike, t
       if file_split == "train" and pair_id in validation_ids:
         split = "validation"
         found_validation.add(pair_id)
-      pairs[split].append((sides[0], sides[1], _label(path, number, record.get("label"))))
+      pairs.add(split, path, number, sides[0], sides[1], _label(path, number, record.get("label")))
     last_lines[file_split] = number
   absent = [(line, pair_id) for pair_id, line in validation_ids.items() if pair_id not in found_validation]
   if absent:
@@ -399,5 +432,7 @@ def read_wdc_json(train_path: epath.PathLike, validation_path: epath.PathLike, t
                              f"{train_path.name} ({len(absent)} such ids).")
   last_lines["validation"] = rows[-1][0] if rows else 1
   counts: dict[str, int] = {}
-  _check_pairs({"train": train_path, "validation": validation_path, "test": test_path}, pairs, last_lines, counts)
-  return table.dataset(pairs, counts)
+  pairs.log_repeated(str(train_path.parent), counts)
+  _check_pairs({"train": train_path, "validation": validation_path, "test": test_path}, pairs.pairs, last_lines,
+               counts)
+  return table.dataset(pairs.pairs, counts)

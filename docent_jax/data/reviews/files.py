@@ -143,6 +143,8 @@ def read_csv(path: epath.Path, columns: Sequence[str]) -> Iterable[tuple[int, di
       return
     except csv.Error as error:
       raise io.DataFormatError(f"{path}:{reader.line_num}: malformed CSV row ({error}).") from None
+    if not "".join(row).strip():  # A blank line (outside quotes) holds no row.
+      continue
     if len(row) != len(header):
       raise io.DataFormatError(f"{path}:{reader.line_num}: expected {len(header)} fields, found {len(row)}: "
                                f"{lines[reader.line_num - 1][:100]!r}")
@@ -254,7 +256,7 @@ def _entity_sort_key(entity: str) -> tuple[int, int | str]:
 def _read_urls(path: epath.Path) -> list[int]:
   """IMDb title ids of a urls_<label>.txt file, one per line."""
   ids = []
-  for number, line in io.numbered_lines(path):
+  for number, line in io.row_lines(path):
     match = _IMDB_URL.match(line.strip())
     if not match:
       raise io.DataFormatError(f"{path}:{number}: not an IMDb title URL: {line[:100]!r}")
@@ -375,7 +377,7 @@ def read_reviews2movielens(directory: epath.PathLike) -> RawReviews:
 
 
 def _tsv_rows(path: epath.Path, num_fields: int) -> Iterable[tuple[int, list[str]]]:
-  for number, line in io.numbered_lines(path):
+  for number, line in io.row_lines(path):
     fields = line.split("\t", num_fields - 1)
     if len(fields) != num_fields or not fields[0].strip():
       raise io.DataFormatError(f"{path}:{number}: expected {num_fields} tab-separated fields with a non-empty "
