@@ -10,6 +10,7 @@ import sys
 
 from etils import epath
 import jax
+import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
@@ -34,6 +35,28 @@ def tfds_dir(tmp_path_factory) -> pathlib.Path:
   return tmp_path_factory.mktemp("tfds")
 
 
+def _evaluated_config(kg_dir, tfds_dir) -> ml_collections.ConfigDict:
+  """The tiny config with the BE-BOW baseline, validated every step for 8 steps."""
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  config.baselines = {"be_bow": {"model": {"encoder": "bow"}}}
+  config.train.num_steps = 8
+  config.evals.validation.every_steps = 1
+  config.optim.learning_rate = 3e-3
+  return config
+
+
+@pytest.fixture(scope="module")
+def trained(kg_dir, tfds_dir, tmp_path_factory) -> tuple[ml_collections.ConfigDict, pathlib.Path, dict]:
+  """(config, workdir, results) of `_evaluated_config` trained once; tests that write to it take a copy."""
+  config = _evaluated_config(kg_dir, tfds_dir)
+  workdir = tmp_path_factory.mktemp("trained") / "run"
+  return config, workdir, train.train_and_evaluate(config, workdir)
+
+
+def _copy(workdir: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
+  return pathlib.Path(shutil.copytree(workdir, tmp_path / "run"))
+
+
 def _final_params(workdir: pathlib.Path) -> dict:
   """The latest checkpoint's params, onto this process's first device whatever topology wrote them."""
   directory = workdir / "blp_transe" / "checkpoints"
@@ -52,20 +75,19 @@ def _assert_trees_close(a, b, atol=1e-5):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=1e-4, err_msg=jax.tree_util.keystr(path))
 
 
-def test_train_writes_results_and_evaluate_mode_recomputes_them(kg_dir, tfds_dir, tmp_path):
-  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
-  config.baselines = {"be_bow": {"model": {"encoder": "bow"}}}
-  results = train.train_and_evaluate(config, tmp_path)
-  written = json.loads((tmp_path / "results.json").read_text())
+def test_train_writes_results_and_evaluate_mode_recomputes_them(trained, tmp_path):
+  config, trained_dir, results = trained
+  workdir = _copy(trained_dir, tmp_path)
+  written = json.loads((workdir / "results.json").read_text())
   assert written == results
   for model in ("blp_transe", "be_bow"):
     for key in ("test/mrr", "test/hits@1", "test/hits@10", "test/transfer_mrr", "validation/mrr",
                 "test/classification_accuracy", "test/classification_balanced_accuracy"):
       assert 0.0 <= written[f"{model}/{key}"] <= 1.0, (model, key)
-    assert (tmp_path / model / "checkpoints" / "6").is_dir()
-    assert list((tmp_path / model).glob("events.out.tfevents.*")), "no TensorBoard summaries"
-  (tmp_path / "results.json").unlink()
-  assert train.evaluate(config, tmp_path) == pytest.approx(results, abs=1e-6)
+    assert (workdir / model / "checkpoints" / "8").is_dir()
+    assert list((workdir / model).glob("events.out.tfevents.*")), "no TensorBoard summaries"
+  (workdir / "results.json").unlink()
+  assert train.evaluate(config, workdir) == pytest.approx(results, abs=1e-6)
 
 
 def test_a_transductive_graph_reports_the_settings_that_apply(tfds_dir, tmp_path):
@@ -80,17 +102,16 @@ def test_a_transductive_graph_reports_the_settings_that_apply(tfds_dir, tmp_path
   assert train.evaluate(config, tmp_path / "run") == pytest.approx(results, abs=1e-6)
 
 
-def test_results_of_another_config_in_the_workdir_are_kept(kg_dir, tfds_dir, tmp_path):
-  transe = kg_fixtures.tiny_config(kg_dir, tfds_dir)
-  transe.train.num_steps = 2
-  first = train.train_and_evaluate(transe, tmp_path)
+def test_results_of_another_config_in_the_workdir_are_kept(trained, kg_dir, tfds_dir, tmp_path):
+  _, trained_dir, first = trained
+  workdir = _copy(trained_dir, tmp_path)
   distmult = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   distmult.train.num_steps = 2
   distmult.model.scoring = "distmult"
-  second = train.train_and_evaluate(distmult, tmp_path)
-  assert {key.split("/")[0] for key in first} == {"blp_transe"}
+  second = train.train_and_evaluate(distmult, workdir)
+  assert {key.split("/")[0] for key in first} == {"blp_transe", "be_bow"}
   assert {key.split("/")[0] for key in second} == {"blp_distmult"}
-  assert json.loads((tmp_path / "results.json").read_text()) == {**first, **second}
+  assert json.loads((workdir / "results.json").read_text()) == {**first, **second}
 
 
 def test_changed_data_under_the_same_path_is_refused(tfds_dir, tmp_path):
@@ -138,23 +159,24 @@ def test_a_workdir_where_nothing_was_trained_accepts_a_corrected_config(kg_dir, 
     checkpoints.guard_workdir_config(tmp_path, first)
 
 
-def test_a_damaged_latest_checkpoint_names_itself_and_the_step_to_resume_from(kg_dir, tfds_dir, tmp_path):
-  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
-  results = train.train_and_evaluate(config, tmp_path)
-  checkpoint_dir = tmp_path / "blp_transe" / "checkpoints"
-  # Step 6 cut short (every file of its state truncated to half)...
-  for path in (checkpoint_dir / "6" / "state").rglob("*"):
+def test_a_damaged_latest_checkpoint_names_itself_and_the_step_to_resume_from(trained, tmp_path):
+  config, trained_dir, results = trained
+  workdir = _copy(trained_dir, tmp_path)
+  checkpoint_dir = workdir / "blp_transe" / "checkpoints"
+  # Step 8 cut short (every file of its state truncated to half)...
+  for path in (checkpoint_dir / "8" / "state").rglob("*"):
     if path.is_file() and path.stat().st_size > 0:
       path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+  with pytest.raises(checkpoints.CheckpointError, match=r"Checkpoint 8 in .* remove it to resume from step 6"):
+    train.train_and_evaluate(config, workdir)
+  shutil.rmtree(checkpoint_dir / "8")
+  # ...then step 6 without its metadata.
+  (checkpoint_dir / "6" / "state" / "_METADATA").unlink()
   with pytest.raises(checkpoints.CheckpointError, match=r"Checkpoint 6 in .* remove it to resume from step 4"):
-    train.train_and_evaluate(config, tmp_path)
+    train.train_and_evaluate(config, workdir)
   shutil.rmtree(checkpoint_dir / "6")
-  # ...then step 4 without its metadata.
-  (checkpoint_dir / "4" / "state" / "_METADATA").unlink()
-  with pytest.raises(checkpoints.CheckpointError, match=r"Checkpoint 4 in .* remove it to resume from step 2"):
-    train.train_and_evaluate(config, tmp_path)
-  shutil.rmtree(checkpoint_dir / "4")
-  assert train.train_and_evaluate(config, tmp_path) == pytest.approx(results, abs=1e-5)
+  # Resumed from step 4, the run (best-step selection included) ends where the undamaged one did.
+  assert train.train_and_evaluate(config, workdir) == pytest.approx(results, abs=1e-5)
 
 
 def test_a_model_without_training_steps_keeps_its_initial_state(kg_dir, tfds_dir, tmp_path):
@@ -209,10 +231,16 @@ def _env(num_devices: int) -> dict:
   return env
 
 
-def test_kill_and_resume_matches_uninterrupted_run(kg_dir, tfds_dir, tmp_path):
-  uninterrupted = tmp_path / "uninterrupted"
-  subprocess.run(_main_command(kg_dir, tfds_dir, uninterrupted), cwd=REPO_ROOT, env=_env(2), check=True,
+@pytest.fixture(scope="module")
+def uninterrupted(kg_dir, tfds_dir, tmp_path_factory) -> pathlib.Path:
+  """The workdir of `_main_command` run to the end in one process on 2 devices."""
+  workdir = tmp_path_factory.mktemp("uninterrupted") / "run"
+  subprocess.run(_main_command(kg_dir, tfds_dir, workdir), cwd=REPO_ROOT, env=_env(2), check=True,
                  capture_output=True)
+  return workdir
+
+
+def test_kill_and_resume_matches_uninterrupted_run(kg_dir, tfds_dir, uninterrupted, tmp_path):
   # Kill the run with SIGKILL right after step 5 starts: step 4's checkpoint may still be in flight.
   killed = tmp_path / "killed"
   script = (
@@ -247,10 +275,7 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def test_two_processes_match_one_process(kg_dir, tfds_dir, tmp_path):
-  single = tmp_path / "single"
-  subprocess.run(_main_command(kg_dir, tfds_dir, single), cwd=REPO_ROOT, env=_env(2), check=True,
-                 capture_output=True)
+def test_two_processes_match_one_process(kg_dir, tfds_dir, uninterrupted, tmp_path):
   multi = tmp_path / "multi"
   address = f"127.0.0.1:{_free_port()}"
   processes = [subprocess.Popen(_main_command(kg_dir, tfds_dir, multi, f"--coordinator_address={address}",
@@ -260,9 +285,9 @@ def test_two_processes_match_one_process(kg_dir, tfds_dir, tmp_path):
   outputs = [p.communicate(timeout=600)[0].decode() for p in processes]
   for process, output in zip(processes, outputs):
     assert process.returncode == 0, output[-3000:]
-  _assert_trees_close(_final_params(multi), _final_params(single), atol=1e-5)
+  _assert_trees_close(_final_params(multi), _final_params(uninterrupted), atol=1e-5)
   assert json.loads((multi / "results.json").read_text()) == pytest.approx(
-      json.loads((single / "results.json").read_text()), abs=1e-4)
+      json.loads((uninterrupted / "results.json").read_text()), abs=1e-4)
 
 
 def test_workdir_of_another_config_is_refused(kg_dir, tfds_dir, tmp_path):
@@ -287,13 +312,9 @@ def _scalars(directory: pathlib.Path, tag: str) -> dict[int, float]:
   return {e.step: float(tensor_util.make_ndarray(e.tensor_proto)) for e in events.Tensors(tag)}
 
 
-def test_evaluation_during_training_reaches_tensorboard_and_the_best_params_are_reported(kg_dir, tfds_dir, tmp_path):
-  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
-  config.train.num_steps = 8
-  config.evals.validation.every_steps = 1
-  config.optim.learning_rate = 3e-3
-  results = train.train_and_evaluate(config, tmp_path)
-  run_dir = tmp_path / "blp_transe"
+def test_evaluation_during_training_reaches_tensorboard_and_the_best_params_are_reported(trained):
+  config, workdir, results = trained
+  run_dir = workdir / "blp_transe"
   mrr = _scalars(run_dir, "validation/mrr")
   assert sorted(mrr) == list(range(1, 9))
   best_step = max(mrr, key=mrr.get)
