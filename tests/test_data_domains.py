@@ -1,7 +1,7 @@
 """The data package's domains share only data-level modules: none imports another's."""
 import test_imports
 
-DOMAINS = ("docent_jax.data.kg", "docent_jax.data.reviews", "docent_jax.data.offers")
+DOMAINS = ("docent_jax.data.kg", "docent_jax.data.reviews", "docent_jax.data.offers", "docent_jax.data.universal")
 
 
 def test_no_domain_imports_another():

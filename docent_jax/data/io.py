@@ -50,6 +50,15 @@ def numbered_lines(path: epath.PathLike) -> Iterator[tuple[int, str]]:
       yield from _decode(path, file, damaged=())
 
 
+def check_new_id(path: epath.PathLike, number: int, identifier: str, first_line: dict[str, int]) -> None:
+  """Records `identifier` as first seen on line `number`; an empty or repeated id is an error naming both lines."""
+  if not identifier:
+    raise DataFormatError(f"{path}:{number}: empty id.")
+  if identifier in first_line:
+    raise DataFormatError(f"{path}:{number}: duplicate id {identifier!r} (first on line {first_line[identifier]}).")
+  first_line[identifier] = number
+
+
 def row_lines(path: epath.PathLike) -> Iterator[tuple[int, str]]:
   """(line number, line) of the lines that hold a row, in a file of one row per line: a blank line (an
   editor's last line, the gap between two files appended) holds none."""

@@ -69,20 +69,11 @@ def _split_fields(path: epath.PathLike, num_fields: int) -> Iterable[tuple[int, 
     yield number, fields
 
 
-def _check_new_id(path: epath.PathLike, number: int, identifier: str, first_line: dict[str, int]) -> None:
-  """Records `identifier` at line `number`; an empty or repeated id is an error naming both lines."""
-  if not identifier:
-    raise io.DataFormatError(f"{path}:{number}: empty id.")
-  if identifier in first_line:
-    raise io.DataFormatError(f"{path}:{number}: duplicate id {identifier!r} (first on line {first_line[identifier]}).")
-  first_line[identifier] = number
-
-
 def read_id_list(path: epath.PathLike) -> list[str]:
   """Reads a one-id-per-line vocabulary; rejects empty and duplicate ids."""
   first_line: dict[str, int] = {}
   for number, line in io.row_lines(path):
-    _check_new_id(path, number, line.strip(), first_line)
+    io.check_new_id(path, number, line.strip(), first_line)
   return list(first_line)
 
 
@@ -91,7 +82,7 @@ def read_id_texts(path: epath.PathLike) -> dict[str, str]:
   texts: dict[str, str] = {}
   first_line: dict[str, int] = {}
   for number, (identifier, text) in _split_fields(path, 2):
-    _check_new_id(path, number, identifier, first_line)
+    io.check_new_id(path, number, identifier, first_line)
     texts[identifier] = text.strip()
   return texts
 

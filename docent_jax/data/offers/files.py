@@ -212,12 +212,7 @@ def _read_table(path: epath.Path, attributes: Sequence[str] | None) -> tuple[lis
   first_line: dict[str, int] = {}
   offers = []
   for line, row in rows:
-    identifier = row[0].strip()
-    if not identifier:
-      raise io.DataFormatError(f"{path}:{line}: empty id.")
-    if identifier in first_line:
-      raise io.DataFormatError(f"{path}:{line}: duplicate id {identifier!r} (first on line {first_line[identifier]}).")
-    first_line[identifier] = line
+    io.check_new_id(path, line, row[0].strip(), first_line)
     offers.append(tuple((name, row[column]) for name, column in zip(names, columns)))
   return list(first_line), offers
 
