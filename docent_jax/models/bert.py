@@ -272,6 +272,15 @@ def mean_pool(hidden: jax.Array, attention_mask: jax.Array) -> jax.Array:
   return (hidden * weights).sum(axis=1) / jnp.maximum(weights.sum(axis=1), 1.0)
 
 
+def mean_pooled(encoder: "BertModel", params: Any, tokens: jax.Array, *, pad_token_id: int = 0,
+                deterministic: bool = True, rng: jax.Array | None = None) -> jax.Array:
+  """Text vectors [N, d] (float32): `encoder`'s outputs for token ids [N, L] averaged over the non-padding tokens."""
+  mask = (tokens != pad_token_id).astype(jnp.int32)
+  hidden = encoder.apply({"params": params}, tokens, mask, deterministic=deterministic,
+                         rngs={} if rng is None else {"dropout": rng}).last_hidden_state
+  return mean_pool(hidden, mask).astype(jnp.float32)
+
+
 def word_embedding_matrix(bert_params: dict[str, Any]) -> jax.Array:
   """The [vocab, hidden] input embedding table from (unboxed) `BertModel` params."""
   return bert_params["embeddings"]["word_embeddings"]["embedding"]

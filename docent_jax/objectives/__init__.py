@@ -6,6 +6,7 @@ from docent_jax.objectives import docent_hybrid
 from docent_jax.objectives import pair_matching
 from docent_jax.objectives import supcon
 from docent_jax.objectives import tag_finetuning
+from docent_jax.objectives import universal
 from docent_jax.objectives.base import Objective
 
 OBJECTIVES: dict[str, type[Objective]] = {
@@ -17,6 +18,7 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "pair_matching": pair_matching.PairMatchingObjective,
     "supcon": supcon.SupconObjective,
     "tag_finetuning": tag_finetuning.TagFinetuningObjective,
+    "universal": universal.UniversalObjective,
 }
 
 

@@ -101,10 +101,8 @@ class SupconObjective(base.Objective):
   def encode(self, params: Any, tokens: jax.Array, *, deterministic: bool = True,
              rng: jax.Array | None = None) -> jax.Array:
     """Offer vectors [N, d]: BERT's outputs for token ids [N, L], averaged over the non-padding tokens."""
-    mask = (tokens != self.tokenizer.pad_token_id).astype(jnp.int32)
-    hidden = self.encoder.apply({"params": params["bert"]}, tokens, mask, deterministic=deterministic,
-                                rngs={} if rng is None else {"dropout": rng}).last_hidden_state
-    return bert.mean_pool(hidden, mask).astype(jnp.float32)
+    return bert.mean_pooled(self.encoder, params["bert"], tokens, pad_token_id=self.tokenizer.pad_token_id,
+                            deterministic=deterministic, rng=rng)
 
   def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     vectors = self.encode(params, batch["tokens"], deterministic=False, rng=rng)

@@ -87,6 +87,8 @@ TEMPLATES: Mapping[str, Template] = {
     "gram8-plural": Template(phrase="a story about the {}", sentence="My grandmother told me a story about the {}."),
     "gram9-plural-verbs": _WORD_MENTION,
 }
+# The frames of a `Template`, each a level of the analogy questions above the word.
+FRAMES = ("phrase", "sentence")
 
 
 def read_analogies(path: epath.PathLike) -> list[AnalogyQuestion]:
@@ -132,3 +134,14 @@ def phrase_and_sentence_versions(words: Sequence[AnalogyQuestion]) -> AlignedAna
 
   return AlignedAnalogies(words=list(words), phrases=[version(q, "phrase") for q in words],
                           sentences=[version(q, "sentence") for q in words])
+
+
+def item_version(section: str, item: str, frame: str) -> str:
+  """The text `item` becomes in the `frame` ('phrase' or 'sentence') version of a question of `section`, as
+  `phrase_and_sentence_versions` makes it; e.g. a candidate answer put in the frame of its question."""
+  if section not in TEMPLATES:
+    raise ValueError(f"No phrase and sentence templates for the section {section!r}.")
+  if frame not in FRAMES:
+    raise ValueError(f"Unknown frame {frame!r}; valid: {FRAMES}.")
+  template = TEMPLATES[section]
+  return getattr(template, frame).format(template.slot(item))

@@ -1,0 +1,118 @@
+"""The labelled text-pair tasks of universal representations (NLI, phrase relations), loaded from TFDS.
+
+A task is first texts, second texts and labels per split ('train', 'validation'). NLI sources are the
+`nli_pairs` builder's configs ('snli', 'mnli') or a directory of JSON-lines files; a source with a 'train'
+split trains on it and validates on its dev split(s), while a source of dev sets only (the offline default)
+is split by a seed into training and validation pairs. Phrase relations come from the `phrase_relations`
+builder (WordNet by default, or a PPDB 2.0 pack).
+"""
+from collections.abc import Sequence
+import dataclasses
+
+from absl import logging
+from etils import epath
+import numpy as np
+
+from docent_jax.data import fingerprint
+from docent_jax.data import tfds_loading
+from docent_jax.data.universal import builders
+from docent_jax.data.universal import nli
+from docent_jax.data.universal import phrases
+
+TASK_SPLITS = ("train", "validation")
+# Where each NLI source lies in a manual directory that holds several datasets (e.g. nli/snli/dev.jsonl).
+NLI_MANUAL_SUBDIRS = {"snli": "nli/snli", "mnli": "nli/mnli"}
+# The dev splits an NLI source with a training split validates on.
+_NLI_DEV_SPLITS = ("dev", "dev_matched", "validation")
+
+
+@dataclasses.dataclass(frozen=True)
+class PairTask:
+  """One classification task over text pairs.
+
+  Attributes:
+    name: 'nli' or 'phrase'.
+    label_names: label id -> name.
+    first, second: split -> the pairs' first and second texts.
+    labels: split -> int32 [m] label ids.
+  """
+  name: str
+  label_names: tuple[str, ...]
+  first: dict[str, list[str]]
+  second: dict[str, list[str]]
+  labels: dict[str, np.ndarray]
+
+  def fingerprint(self) -> fingerprint.Fingerprint:
+    return {**{f"{self.name}/{split}": len(labels) for split, labels in sorted(self.labels.items())},
+            f"{self.name}/digest": fingerprint.digest(
+                [self.label_names, *(part[split] for split in sorted(self.labels)
+                                     for part in (self.first, self.second, self.labels))])}
+
+
+Columns = tuple[list[str], list[str], np.ndarray]  # First texts, second texts, labels.
+
+
+def _columns(source, names: Sequence[str]) -> Columns:
+  columns = tfds_loading.read_columns(source, names)
+  return columns[names[0]], columns[names[1]], np.asarray(columns[names[2]], np.int32).reshape(-1)
+
+
+def _concatenate(parts: Sequence[Columns]) -> Columns:
+  return ([text for part in parts for text in part[0]], [text for part in parts for text in part[1]],
+          np.concatenate([part[2] for part in parts]).astype(np.int32))
+
+
+def _split_by_seed(columns: Columns, validation_fraction: float, seed: int) -> dict[str, Columns]:
+  order = np.random.default_rng(seed).permutation(len(columns[2]))
+  num_validation = int(round(validation_fraction * len(order)))
+  rows = {"train": np.sort(order[num_validation:]), "validation": np.sort(order[:num_validation])}
+  return {split: ([columns[0][i] for i in r], [columns[1][i] for i in r], columns[2][r]) for split, r in rows.items()}
+
+
+def _task(name: str, label_names: Sequence[str], splits: dict[str, Columns]) -> PairTask:
+  return PairTask(name, tuple(label_names), {s: c[0] for s, c in splits.items()},
+                  {s: c[1] for s, c in splits.items()}, {s: c[2] for s, c in splits.items()})
+
+
+def load_nli_task(sources: Sequence[str], *, data_dir: epath.PathLike | None, manual_dir: epath.PathLike | None,
+                  validation_fraction: float, seed: int) -> PairTask:
+  """NLI pairs of every source ('snli', 'mnli' or a directory), concatenated (see the module docstring).
+
+  Args:
+    sources: builder configs or directories of JSON-lines files.
+    data_dir: the TFDS data directory.
+    manual_dir: a directory holding the named sources at `NLI_MANUAL_SUBDIRS` (None: downloaded).
+    validation_fraction: the share of validation pairs of a source without a training split.
+    seed: seeds that draw.
+  """
+  parts: dict[str, list[Columns]] = {split: [] for split in TASK_SPLITS}
+  for source in sources:
+    kwargs = tfds_loading.builder_kwargs(data_dir)
+    if epath.Path(source).is_dir():
+      builder, source_manual_dir = builders.NliPairs(config=builders.nli_directory_config(source), **kwargs), None
+    elif source in NLI_MANUAL_SUBDIRS:
+      builder = builders.NliPairs(config=source, **kwargs)
+      source_manual_dir = epath.Path(manual_dir) / NLI_MANUAL_SUBDIRS[source] if manual_dir else None
+    else:
+      raise ValueError(f"Unknown NLI source {source!r}: not a directory and not one of {sorted(NLI_MANUAL_SUBDIRS)}.")
+    splits = {split: _columns(data, ("premise", "hypothesis", "label"))
+              for split, data in sorted(tfds_loading.prepare(builder, source_manual_dir).items())}
+    if "train" in splits:
+      parts["train"].append(splits["train"])
+      parts["validation"] += [splits[split] for split in _NLI_DEV_SPLITS if split in splits]
+    else:
+      for split, columns in _split_by_seed(_concatenate(list(splits.values())), validation_fraction, seed).items():
+        parts[split].append(columns)
+    logging.info("NLI source %s: %s pairs.", source, {split: len(c[2]) for split, c in splits.items()})
+  return _task("nli", nli.LABELS, {split: _concatenate(p) for split, p in parts.items()})
+
+
+def load_phrase_task(pack: str, *, data_dir: epath.PathLike | None, max_pairs_per_class: int | None,
+                     seed: int) -> PairTask:
+  """Phrase-relation pairs: from WordNet when `pack` is '', else from that PPDB 2.0 pack."""
+  config = (builders.ppdb_config(pack, max_pairs_per_class, seed) if pack
+            else builders.wordnet_config(max_pairs_per_class, seed))
+  builder = builders.PhraseRelations(config=config, **tfds_loading.builder_kwargs(data_dir))
+  splits = tfds_loading.prepare(builder, None)
+  return _task("phrase", phrases.RELATIONS,
+               {split: _columns(splits[split], ("phrase1", "phrase2", "label")) for split in TASK_SPLITS})

@@ -1,0 +1,294 @@
+"""Vector-arithmetic analogies at the word, phrase and sentence level, answered among fixed candidates (Li & Zhao).
+
+A question a : b :: c : ? is answered by the candidate d of highest cos(b - a + c, d), a, b, c and d unit
+vectors (3CosAdd, Mikolov et al. 2013). Li & Zhao answer among 5 candidates rather than a whole vocabulary, so
+that an encoder without a vocabulary of phrases or sentences can be asked the phrase and sentence versions:
+
+  * `closed_vocabulary_candidates` takes them from a static reference model (an encoder's input word-piece
+    table, GloVe, ...): the top 5 of a vocabulary by cos(b - a + c, x), x not a, b or c (as in the standard
+    protocol), with the answer d in place of the 5th when the reference ranks it lower. They are made once and
+    saved with a digest of their questions (`write_candidates`, `read_candidates`), so every model evaluated
+    answers the same questions, and no model's own vectors choose them.
+  * Candidates are in order of descending reference score (ties by vocabulary row), so the answer stands where
+    the reference ranks it, last when it replaced the 5th: its place tells the model nothing the reference
+    does not. A model's tied scores go to the earlier candidate, the reference's preference.
+  * The phrase and sentence versions of a question get the versions of its word candidates, each put in the
+    question's frame (`level_candidates`): question i has the same candidates at every level.
+
+Metric keys (`analogy_metrics`), for each level ('word', 'phrase', 'sentence'), all floats in [0, 1]:
+
+  <level>/accuracy             share of the questions solved
+  <level>/semantic_accuracy    of the semantic sections' questions; like every key, left out when it has none
+  <level>/syntactic_accuracy   of the syntactic (`gram*`) sections' questions
+  <level>/<section>/accuracy   of one section's questions
+  <level>/ppr                  (levels above the word) of the questions solved at the word level, the share
+                               solved at this level too: positive preservation
+  <level>/pnr                  of the questions failed at the word level, the share solved at this level
+"""
+from collections.abc import Iterator, Mapping, Sequence
+import dataclasses
+import json
+
+from etils import epath
+import numpy as np
+
+from docent_jax.data import fingerprint
+from docent_jax.data import io
+from docent_jax.data.universal import analogies as analogy_sets
+
+NUM_CANDIDATES = 5
+WORD = "word"
+LEVELS = (WORD, *analogy_sets.FRAMES)
+# The most floats one block of scores or of gathered vectors holds (64 MiB of float64).
+BLOCK_SIZE = 2**23
+
+# Per question, its candidate answers (items, or their phrase or sentence versions), in order.
+Candidates = list[tuple[str, ...]]
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalogyTexts:
+  """What a model encodes to answer questions among their candidates: each distinct text once, and where it goes.
+
+  Attributes:
+    texts: the distinct texts of the questions' a, b and c and of their candidates, in order of first use.
+    question_rows: [Q, 3] int, the rows of `texts` holding each question's a, b and c.
+    candidate_rows: [Q, K] int, the rows of `texts` holding each question's candidates, in their order.
+    gold_positions: [Q] int, the column of `candidate_rows` holding each question's answer.
+  """
+  texts: list[str]
+  question_rows: np.ndarray
+  candidate_rows: np.ndarray
+  gold_positions: np.ndarray
+
+
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+  """[N, d] float64 rows scaled to length 1; a zero row stays zero, so that its cosine with anything is 0, not NaN."""
+  vectors = np.asarray(vectors, np.float64)
+  if vectors.ndim != 2:
+    raise ValueError(f"Expected vectors [N, d]; got shape {vectors.shape}.")
+  if not np.isfinite(vectors).all():
+    raise ValueError("Vectors hold NaN or infinite values.")
+  norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+  return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+
+def closed_vocabulary_candidates(questions: Sequence[analogy_sets.AnalogyQuestion], vocabulary: Sequence[str],
+                                 vectors: np.ndarray, num_candidates: int = NUM_CANDIDATES,
+                                 block_size: int = BLOCK_SIZE) -> Candidates:
+  """Each question's candidates from a reference model: its top `num_candidates` by cos(b - a + c, x) over the
+  vocabulary less a, b and c, the answer in place of the last when it ranks lower; by descending score.
+
+  Scores are float64, so that a block size can only change an order decided by the last bits of a score.
+
+  Args:
+    questions: the questions; the four items of each must be in the vocabulary.
+    vocabulary: the distinct item of each row of `vectors`.
+    vectors: [V, d] the reference model's vectors.
+    num_candidates: candidates per question.
+    block_size: the most scores ([questions, V] floats) held at once, at least one question's.
+
+  Raises:
+    ValueError: an item missing from the vocabulary, a question whose answer is its a, b or c, a repeated
+      vocabulary item, or a vocabulary too small to leave `num_candidates` items besides a, b and c.
+  """
+  vectors = unit_rows(vectors)
+  row_of = {item: row for row, item in enumerate(vocabulary)}
+  if len(row_of) != len(vocabulary) or len(vocabulary) != len(vectors):
+    raise ValueError(f"Expected one distinct item per vector; got {len(vocabulary)} items "
+                     f"({len(vocabulary) - len(row_of)} repeated) for {len(vectors)} vectors.")
+  if not 1 <= num_candidates <= len(vocabulary) - 3:
+    raise ValueError(f"Cannot take {num_candidates} candidates from {len(vocabulary)} items less a, b and c.")
+  missing = sorted({item for question in questions for item in question.items} - row_of.keys())
+  if missing:
+    raise ValueError(f"{len(missing)} question items are not in the vocabulary, e.g. {missing[:5]}.")
+  rows = np.array([[row_of[item] for item in question.items] for question in questions], np.int64).reshape(-1, 4)
+  answer_given = np.flatnonzero((rows[:, :3] == rows[:, 3:]).any(axis=1))
+  if answer_given.size:
+    raise ValueError(f"{answer_given.size} questions have their answer among a, b and c, e.g. question "
+                     f"{answer_given[0]}: {questions[answer_given[0]].items}.")
+  top_rows = np.empty((len(rows), num_candidates), np.int64)
+  for block in _row_blocks(len(rows), len(vocabulary), block_size):
+    scores = _analogy_queries(vectors, rows[block]) @ vectors.T
+    np.put_along_axis(scores, rows[block, :3], -np.inf, axis=1)
+    top = np.argpartition(-scores, num_candidates - 1, axis=1)[:, :num_candidates]
+    top = np.take_along_axis(top, np.argsort(top, axis=1), axis=1)
+    answers = rows[block, 3]
+    missed = ~(top == answers[:, None]).any(axis=1)
+    top[missed, -1] = answers[missed]
+    top_rows[block] = top
+  return [tuple(vocabulary[row] for row in question_rows) for question_rows in top_rows]
+
+
+def write_candidates(path: epath.PathLike, questions: Sequence[analogy_sets.AnalogyQuestion],
+                     candidates: Candidates) -> None:
+  """Saves the candidates of `questions` as JSON, with a digest of the questions for `read_candidates` to check."""
+  if len(candidates) != len(questions):
+    raise ValueError(f"Got {len(candidates)} candidate lists for {len(questions)} questions.")
+  path = epath.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  record = {"questions_digest": _questions_digest(questions), "num_questions": len(questions),
+            "candidates": [list(question_candidates) for question_candidates in candidates]}
+  path.write_text(json.dumps(record) + "\n")
+
+
+def read_candidates(path: epath.PathLike, questions: Sequence[analogy_sets.AnalogyQuestion]) -> Candidates:
+  """The candidates `write_candidates` saved for `questions`.
+
+  Raises:
+    io.DataFormatError: the file is not such a JSON record.
+    ValueError: the file holds the candidates of other questions.
+  """
+  path = epath.Path(path)
+  try:
+    record = json.loads(path.read_text())
+    digest, num_questions, candidates = record["questions_digest"], record["num_questions"], record["candidates"]
+  except (json.JSONDecodeError, KeyError, TypeError) as error:
+    raise io.DataFormatError(f"{path}: not a file of analogy candidates ({error!r}).") from error
+  expected_digest = _questions_digest(questions)
+  if digest != expected_digest:
+    raise ValueError(f"{path} holds the candidates of other questions ({num_questions} questions, digest {digest}) "
+                     f"than these {len(questions)} (digest {expected_digest}); make theirs with "
+                     f"closed_vocabulary_candidates.")
+  return [tuple(question_candidates) for question_candidates in candidates]
+
+
+def level_candidates(word_questions: Sequence[analogy_sets.AnalogyQuestion],
+                     level_questions: Sequence[analogy_sets.AnalogyQuestion], word_candidates: Candidates,
+                     level: str) -> Candidates:
+  """The candidates of the `level` ('phrase' or 'sentence') versions of word questions: each word candidate put
+  in its question's frame, as `analogy_sets.phrase_and_sentence_versions` puts the question's own items.
+
+  Raises:
+    ValueError: the three lists differ in length, or a level question is not the version of the word question
+      at its position (the lists are not aligned).
+  """
+  if not len(word_questions) == len(level_questions) == len(word_candidates):
+    raise ValueError(f"Got {len(word_questions)} word questions, {len(level_questions)} {level} questions and "
+                     f"{len(word_candidates)} candidate lists; expected one of each per question.")
+
+  def version(section: str, items: Sequence[str]) -> tuple[str, ...]:
+    return tuple(analogy_sets.item_version(section, item, level) for item in items)
+
+  for index, (word_question, level_question) in enumerate(zip(word_questions, level_questions)):
+    if level_question != dataclasses.replace(word_question, items=version(word_question.section, word_question.items)):
+      raise ValueError(f"{level} question {index} ({level_question.section}: {level_question.items}) is not the "
+                       f"{level} version of word question {index} ({word_question.section}: {word_question.items}).")
+  return [version(question.section, candidates) for question, candidates in zip(word_questions, word_candidates)]
+
+
+def analogy_texts(questions: Sequence[analogy_sets.AnalogyQuestion], candidates: Candidates) -> AnalogyTexts:
+  """The texts a model encodes to answer `questions` among `candidates`, and where each goes.
+
+  Raises:
+    ValueError: no questions, a candidate list per question missing, lists of different lengths, or a question
+      whose answer is not among its candidates exactly once.
+  """
+  if not questions or len(candidates) != len(questions):
+    raise ValueError(f"Expected one candidate list per question; got {len(candidates)} for {len(questions)}.")
+  lengths = sorted({len(question_candidates) for question_candidates in candidates})
+  if len(lengths) != 1:
+    raise ValueError(f"Every question needs as many candidates as the others; got lists of lengths {lengths}.")
+  wrong = [index for index, (question, question_candidates) in enumerate(zip(questions, candidates))
+           if question_candidates.count(question.items[3]) != 1]
+  if wrong:
+    raise ValueError(f"{len(wrong)} questions do not have their answer exactly once among their candidates, e.g. "
+                     f"question {wrong[0]}: {questions[wrong[0]].items[3]!r} in {candidates[wrong[0]]}.")
+  texts = list(dict.fromkeys(text for question, question_candidates in zip(questions, candidates)
+                             for text in (*question.items[:3], *question_candidates)))
+  row_of = {text: row for row, text in enumerate(texts)}
+  return AnalogyTexts(
+      texts=texts,
+      question_rows=np.array([[row_of[item] for item in question.items[:3]] for question in questions], np.int64),
+      candidate_rows=np.array([[row_of[text] for text in question_candidates] for question_candidates in candidates],
+                              np.int64),
+      gold_positions=np.array([question_candidates.index(question.items[3])
+                               for question, question_candidates in zip(questions, candidates)], np.int64))
+
+
+def solved(vectors: np.ndarray, texts: AnalogyTexts, block_size: int = BLOCK_SIZE) -> np.ndarray:
+  """[Q] bool: whether each question's candidate of highest cos(b - a + c, d), over unit vectors, is its answer.
+
+  Of tied candidates the earlier one is chosen.
+
+  Args:
+    vectors: [N, d] a model's vector of each of `texts.texts`.
+    texts: the questions and their candidates, from `analogy_texts`.
+    block_size: the most floats of candidate vectors gathered at once, at least one question's.
+  """
+  vectors = unit_rows(vectors)
+  if len(vectors) != len(texts.texts):
+    raise ValueError(f"Expected one vector per text ({len(texts.texts)}); got {len(vectors)}.")
+  num_questions, num_candidates = texts.candidate_rows.shape
+  choices = np.empty(num_questions, np.int64)
+  for block in _row_blocks(num_questions, num_candidates * vectors.shape[1], block_size):
+    # cos(q, d) is q . d / |q| for a unit d, and |q| is the same for all of a question's candidates.
+    scores = np.einsum("qd,qkd->qk", _analogy_queries(vectors, texts.question_rows[block]),
+                       vectors[texts.candidate_rows[block]])
+    choices[block] = np.argmax(scores, axis=1)
+  return choices == texts.gold_positions
+
+
+def level_accuracy(questions: Sequence[analogy_sets.AnalogyQuestion], correct: np.ndarray | Sequence[bool],
+                   level: str) -> dict[str, float]:
+  """The accuracy keys of `level` (see the module docstring), from whether each question was solved."""
+  correct = _correctness(correct, len(questions), level)
+  semantic = np.array([question.semantic for question in questions], bool)
+  sections = np.array([question.section for question in questions])
+  groups = {"accuracy": np.ones_like(semantic), "semantic_accuracy": semantic, "syntactic_accuracy": ~semantic}
+  groups.update({f"{section}/accuracy": sections == section for section in np.unique(sections)})
+  return _shares_solved(correct, groups, level)
+
+
+def ppr_pnr(word_correct: np.ndarray | Sequence[bool], level_correct: np.ndarray | Sequence[bool],
+            level: str) -> dict[str, float]:
+  """'<level>/ppr' and '<level>/pnr': of the questions solved (PPR) or failed (PNR) at the word level, the share
+  solved at `level`; a key is left out when no question was solved, or none failed, at the word level."""
+  word_correct = _correctness(word_correct, np.size(word_correct), WORD)
+  level_correct = _correctness(level_correct, len(word_correct), level)
+  return _shares_solved(level_correct, {"ppr": word_correct, "pnr": ~word_correct}, level)
+
+
+def analogy_metrics(questions: Sequence[analogy_sets.AnalogyQuestion],
+                    correct: Mapping[str, np.ndarray | Sequence[bool]]) -> dict[str, float]:
+  """The accuracies of each level in `correct` (level -> whether each question was solved) and, with the word
+  level among them, the PPR and PNR of the others; keys as in the module docstring."""
+  unknown = sorted(set(correct) - set(LEVELS))
+  if unknown:
+    raise ValueError(f"Unknown analogy levels {unknown}; valid: {LEVELS}.")
+  results = {}
+  for level, level_correct in correct.items():
+    results.update(level_accuracy(questions, level_correct, level))
+    if level != WORD and WORD in correct:
+      results.update(ppr_pnr(correct[WORD], level_correct, level))
+  return results
+
+
+def _row_blocks(num_rows: int, row_size: int, block_size: int) -> Iterator[slice]:
+  """Consecutive slices of rows, each of at most `block_size` floats at `row_size` a row but at least one row."""
+  if block_size < 1:
+    raise ValueError(f"block_size must be at least 1, not {block_size}.")
+  rows = max(1, block_size // max(row_size, 1))
+  return (slice(start, start + rows) for start in range(0, num_rows, rows))
+
+
+def _analogy_queries(unit_vectors: np.ndarray, rows: np.ndarray) -> np.ndarray:
+  """b - a + c of each question, from the rows of its a, b and c (its first three columns)."""
+  return unit_vectors[rows[:, 1]] - unit_vectors[rows[:, 0]] + unit_vectors[rows[:, 2]]
+
+
+def _questions_digest(questions: Sequence[analogy_sets.AnalogyQuestion]) -> str:
+  return fingerprint.digest(value for question in questions for value in (question.section, *question.items))
+
+
+def _correctness(correct: np.ndarray | Sequence[bool], num_questions: int, level: str) -> np.ndarray:
+  correct = np.asarray(correct)
+  if correct.dtype != bool or correct.shape != (num_questions,) or not num_questions:
+    raise ValueError(f"{level}: expected a bool per question ({num_questions}, at least one); got {correct.dtype} "
+                     f"{correct.shape}.")
+  return correct
+
+
+def _shares_solved(correct: np.ndarray, groups: Mapping[str, np.ndarray], level: str) -> dict[str, float]:
+  """'<level>/<name>': the share of `correct` within each group (a mask over questions) that is not empty."""
+  return {f"{level}/{name}": float(correct[mask].mean()) for name, mask in groups.items() if mask.any()}

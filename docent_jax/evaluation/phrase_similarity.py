@@ -1,0 +1,32 @@
+"""Phrase similarity: whether the cosine of two phrases' vectors orders phrase pairs as people's scores do.
+
+Spearman's rank correlation between cos(u_i, v_i) and the mean human score of pair i (Li & Zhao, on the PPDB
+human-rated sample: `docent_jax.data.universal.phrases.read_ppdb_sample`). A zero vector has cosine 0 with
+anything. The correlation is NaN when either side is constant (a model mapping every phrase to one vector).
+"""
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.stats
+
+from docent_jax.evaluation import analogies
+
+
+def phrase_similarity(first: np.ndarray, second: np.ndarray,
+                      human_scores: np.ndarray | Sequence[float]) -> dict[str, float]:
+  """{'spearman': the rank correlation of cos(first[i], second[i]) with human_scores[i]}.
+
+  Args:
+    first: [N, d] a model's vector of each pair's first phrase, N >= 2.
+    second: [N, d] its vector of each pair's second phrase.
+    human_scores: [N] the pairs' human similarity scores.
+  """
+  first, second = analogies.unit_rows(first), analogies.unit_rows(second)
+  human_scores = np.asarray(human_scores, np.float64)
+  if first.shape != second.shape or human_scores.shape != first.shape[:1] or len(human_scores) < 2:
+    raise ValueError(f"Expected vectors [N, d] of both phrases and [N] human scores, N >= 2; got {first.shape}, "
+                     f"{second.shape} and {human_scores.shape}.")
+  if not np.isfinite(human_scores).all():
+    raise ValueError("Human scores hold NaN or infinite values.")
+  cosines = np.sum(first * second, axis=1)
+  return {"spearman": float(scipy.stats.spearmanr(cosines, human_scores).statistic)}

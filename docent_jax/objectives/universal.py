@@ -1,0 +1,137 @@
+"""Universal representations from word to sentence (Li & Zhao): siamese multi-task training.
+
+One encoder (a BERT-family model, mean-pooled) encodes each text of a pair alone; each task has its own
+softmax head over [u, v, |u - v|] (`models.task_heads`), as in Sentence-BERT. Tasks:
+  * 'nli': premise / hypothesis -> entailment, neutral, contradiction (SNLI, MultiNLI);
+  * 'phrase': phrase / phrase -> Equivalence, Entailment, Independent (PPDB 2.0 packs, or the same
+    relations derived from WordNet where no pack is available).
+Every batch mixes the tasks in `data.task_ratio` (a share of 0 leaves a task out: the NLI-only and
+phrase-only ablations); the loss is the mean cross-entropy over the batch's rows, and each task's loss and
+accuracy are logged apart. Only the encoder is used afterwards: the evaluators embed words, phrases and
+sentences with it.
+"""
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+import ml_collections
+import numpy as np
+import optax
+
+from docent_jax import evaluators
+from docent_jax import parallel
+from docent_jax.data import tokenization
+from docent_jax.data.universal import corpus as universal_corpus
+from docent_jax.data.universal import sampling
+from docent_jax.models import bert
+from docent_jax.models import pretrained
+from docent_jax.models import task_heads
+from docent_jax.objectives import base
+
+TASKS = ("nli", "phrase")
+
+
+class UniversalObjective(base.Objective):
+  """Siamese multi-task training of a text encoder; see the module docstring."""
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
+    super().__init__(config, mesh)
+    data = config.data
+    unknown = sorted(set(data.task_ratio) - set(TASKS))
+    if unknown:
+      raise ValueError(f"config.data.task_ratio: unknown tasks {unknown}; valid: {list(TASKS)}.")
+    self.rows_per_task = sampling.rows_per_task(dict(data.task_ratio), config.train.global_batch_size)
+    self.tasks: dict[str, universal_corpus.PairTask] = {}
+    if "nli" in self.rows_per_task:
+      self.tasks["nli"] = universal_corpus.load_nli_task(
+          tuple(data.nli_sources), data_dir=data.tfds_data_dir, manual_dir=data.manual_dir,
+          validation_fraction=data.validation_fraction, seed=config.seed)
+    if "phrase" in self.rows_per_task:
+      self.tasks["phrase"] = universal_corpus.load_phrase_task(
+          data.ppdb_pack, data_dir=data.tfds_data_dir, max_pairs_per_class=data.max_pairs_per_class or None,
+          seed=config.seed)
+    self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
+    self.bert_config, self._bert_params = pretrained.load_or_create_bert(
+        config.model.pretrained, config.model.bert.to_dict(), len(self.tokenizer))
+    self.encoder = bert.BertModel(self.bert_config, dtype=jnp.dtype(config.model.dtype), add_pooler=False)
+    self.heads = task_heads.TaskHeads(tuple((name, len(task.label_names)) for name, task in self.tasks.items()),
+                                      self.bert_config.initializer_range)
+    self.pair_tokens = {name: {split: self.tokenize_pairs(task.first[split], task.second[split])
+                               for split in universal_corpus.TASK_SPLITS}
+                        for name, task in self.tasks.items()}
+
+  def tokenize_pairs(self, first: list[str], second: list[str]) -> np.ndarray:
+    """int32 [m, 2, max_len] token ids of each pair's two texts, each encoded alone."""
+    max_len = self.config.data.max_len
+    return np.stack([tokenization.tokenize_texts(self.tokenizer, first, max_len),
+                     tokenization.tokenize_texts(self.tokenizer, second, max_len)], axis=1)
+
+  def data_fingerprint(self) -> dict[str, int | str]:
+    return {key: value for task in self.tasks.values() for key, value in task.fingerprint().items()}
+
+  def init_variables(self, rng: jax.Array) -> Any:
+    bert_rng, heads_rng = jax.random.split(rng)
+    tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
+    vectors = jnp.zeros((1, self.bert_config.hidden_size), jnp.float32)
+    return {"bert": self.encoder.init(bert_rng, tokens, tokens)["params"],
+            "heads": self.heads.init(heads_rng, vectors, vectors)["params"]}
+
+  def pretrained_params(self) -> dict[str, Any]:
+    return {} if self._bert_params is None else {"bert": self._bert_params}
+
+  def train_batches(self, seed: int) -> Any:
+    return sampling.mixed_task_batches(
+        {name: tokens["train"] for name, tokens in self.pair_tokens.items()},
+        {name: task.labels["train"] for name, task in self.tasks.items()},
+        {name: self.config.data.task_ratio[name] for name in self.tasks},
+        global_batch_size=self.config.train.global_batch_size, seed=seed)
+
+  def encode(self, params: Any, tokens: jax.Array, *, deterministic: bool = True,
+             rng: jax.Array | None = None) -> jax.Array:
+    """Text vectors [N, d] of token ids [N, L]."""
+    return bert.mean_pooled(self.encoder, params["bert"], tokens, pad_token_id=self.tokenizer.pad_token_id,
+                            deterministic=deterministic, rng=rng)
+
+  def task_logits(self, params: Any, tokens: jax.Array, *, deterministic: bool = True,
+                  rng: jax.Array | None = None) -> dict[str, jax.Array]:
+    """Every head's logits [B, classes] for pairs of token ids [B, 2, L]."""
+    batch, _, length = tokens.shape
+    vectors = self.encode(params, tokens.reshape(2 * batch, length), deterministic=deterministic, rng=rng)
+    vectors = vectors.reshape(batch, 2, -1)
+    return self.heads.apply({"params": params["heads"]}, vectors[:, 0], vectors[:, 1])
+
+  def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    logits = self.task_logits(params, batch["tokens"], deterministic=False, rng=rng)
+    total = jnp.zeros((), jnp.float32)
+    metrics = {}
+    for number, name in enumerate(self.tasks):
+      rows = batch["task"] == number
+      labels = jnp.where(rows, batch["label"], 0)  # Other tasks' labels may exceed this head's classes.
+      cross_entropy = jnp.where(rows, optax.softmax_cross_entropy_with_integer_labels(logits[name], labels), 0.0)
+      count = jnp.maximum(rows.sum(), 1)
+      total += cross_entropy.sum()
+      metrics[f"{name}_loss"] = cross_entropy.sum() / count
+      metrics[f"{name}_accuracy"] = jnp.sum(rows & (logits[name].argmax(-1) == labels)) / count
+    loss = total / batch["task"].shape[0]
+    return loss, {**metrics, "loss": loss}
+
+  def encode_texts(self, params: Any, texts: list[str]) -> np.ndarray:
+    """[len(texts), d] vectors of texts, batched over the mesh."""
+    tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
+    return parallel.map_batches(self.encode, params, tokens, batch_size=self.config.eval.batch_size,
+                                mesh=self.mesh, what="texts")
+
+
+@evaluators.register("pair_tasks")
+def evaluate_pair_tasks(objective: UniversalObjective, params: Any, split: str = "validation") -> dict[str, float]:
+  """`<split>/<task>_accuracy` of each trained task's head on its held-out pairs, and their mean
+  (`<split>/accuracy`)."""
+  results = {}
+  for name, task in objective.tasks.items():
+    logits = parallel.map_batches(lambda p, x, name=name: objective.task_logits(p, x)[name], params,
+                                  objective.pair_tokens[name][split], batch_size=objective.config.eval.batch_size,
+                                  mesh=objective.mesh, what=f"{name} pairs")
+    results[f"{split}/{name}_accuracy"] = float(np.mean(logits.argmax(-1) == task.labels[split]))
+  results[f"{split}/accuracy"] = float(np.mean(list(results.values())))
+  return results

@@ -1,0 +1,88 @@
+"""Siamese multi-task training (universal representations): task mixing, sharding invariance, an end-to-end run."""
+import jax
+import numpy as np
+import pytest
+
+from docent_jax import parallel
+from docent_jax import train
+from docent_jax.data.universal import sampling
+import universal_fixtures
+
+
+@pytest.fixture(scope="module")
+def tiny_config(tmp_path_factory):
+  root = tmp_path_factory.mktemp("universal")
+  nli_dir = universal_fixtures.write_nli(root / "nli")
+  pack = universal_fixtures.write_ppdb_pack(root / "ppdb")
+  return universal_fixtures.tiny_config(nli_dir, pack, root / "tfds")
+
+
+@pytest.mark.parametrize("ratio, batch, expected", [
+    ({"nli": 1, "phrase": 1}, 32, {"nli": 16, "phrase": 16}),
+    ({"nli": 3, "phrase": 1}, 10, {"nli": 8, "phrase": 2}),
+    ({"nli": 1, "phrase": 0}, 8, {"nli": 8}),
+    ({"nli": 1, "phrase": 100}, 8, {"nli": 1, "phrase": 7}),
+])
+def test_rows_per_task_follow_the_ratio(ratio, batch, expected):
+  assert sampling.rows_per_task(ratio, batch) == expected
+
+
+@pytest.mark.parametrize("ratio, message", [({"nli": 0, "phrase": 0}, "No task has a positive share"),
+                                            ({"nli": -1, "phrase": 1}, "must be >= 0")])
+def test_bad_ratios_are_refused(ratio, message):
+  with pytest.raises(ValueError, match=message):
+    sampling.rows_per_task(ratio, 8)
+
+
+def test_each_task_uses_all_its_pairs_once_per_pass_and_batches_depend_only_on_seed_and_index():
+  sampler = sampling.TaskMixSampler({"nli": 10, "phrase": 7}, {"nli": 5, "phrase": 7}, seed=3)
+  batches = [sampler(i) for i in range(4)]
+  for task, (number, size) in {"nli": (0, 10), "phrase": (1, 7)}.items():
+    stream = np.concatenate([pairs[tasks == number] for tasks, pairs in batches])
+    for start in range(0, len(stream) - size + 1, size):
+      assert sorted(stream[start:start + size]) == list(range(size)), task
+  again = sampling.TaskMixSampler({"nli": 10, "phrase": 7}, {"nli": 5, "phrase": 7}, seed=3)
+  for i in (3, 0):
+    np.testing.assert_array_equal(again(i)[1], batches[i][1])
+  assert not np.array_equal(sampling.TaskMixSampler({"nli": 10, "phrase": 7}, {"nli": 5, "phrase": 7},
+                                                    seed=4)(0)[1], batches[0][1])
+
+
+def test_multitask_loss_and_gradients_on_a_sharded_mesh_equal_one_device(tiny_config):
+  def loss_and_grads(shape):
+    config = tiny_config.copy_and_resolve_references()
+    config.mesh.shape = shape
+    config.model.bert.hidden_size = 64  # Divisible by 4: the model axis really splits the projections.
+    config.model.bert.intermediate_size = 128
+    trainer = train.Trainer(config, "unused")
+    state = trainer.initial_state()
+    batch = next(iter(trainer.objective.train_batches(0)))
+    assert set(batch["task"].tolist()) == {0, 1}
+    batch = parallel.global_batch(batch, trainer.mesh)
+    (loss, metrics), grads = jax.jit(jax.value_and_grad(trainer.objective.loss, has_aux=True))(
+        state.params, batch, jax.random.key(3))
+    return float(loss), jax.device_get(metrics), jax.device_get(grads)
+
+  loss_1, metrics_1, grads_1 = loss_and_grads((1, 1))
+  loss_8, metrics_8, grads_8 = loss_and_grads((2, 4))
+  assert loss_8 == pytest.approx(loss_1, rel=1e-5)
+  # The batch's loss is the row-weighted mean of the two tasks' losses (4 rows each).
+  assert loss_1 == pytest.approx((metrics_1["nli_loss"] + metrics_1["phrase_loss"]) / 2, rel=1e-5)
+  for path, leaf in jax.tree_util.tree_flatten_with_path(grads_8)[0]:
+    np.testing.assert_allclose(leaf, _leaf(grads_1, path), atol=1e-5, rtol=1e-4, err_msg=jax.tree_util.keystr(path))
+
+
+def _leaf(tree, path):
+  for key in path:
+    tree = tree[key.key]
+  return tree
+
+
+def test_training_reports_each_tasks_validation_accuracy_and_the_ablations(tiny_config, tmp_path):
+  results = train.train_and_evaluate(tiny_config, tmp_path)
+  for model, tasks in {"universal_multitask": ("nli", "phrase"), "universal_nli": ("nli",),
+                       "universal_phrase": ("phrase",)}.items():
+    for task in tasks:
+      assert 0.0 <= results[f"{model}/validation/{task}_accuracy"] <= 1.0, (model, task)
+    assert not [key for key in results if key.startswith(f"{model}/") and
+                any(f"{task}_" in key for task in {"nli", "phrase"} - set(tasks))]

@@ -1,0 +1,67 @@
+"""Tiny NLI and PPDB data and a tiny universal-representations config over them, for objective tests."""
+import json
+import pathlib
+
+import ml_collections
+
+from configs import universal
+
+_ANIMALS = ["dog", "cat", "horse", "bird", "fish", "cow", "goat", "duck"]
+_PLACES = ["park", "river", "kitchen", "garden", "street", "beach", "forest", "field"]
+_WORDS = ["car", "house", "song", "table", "tree", "road", "coat", "lamp", "book", "door", "cup", "shoe"]
+
+
+def write_nli(directory: pathlib.Path) -> pathlib.Path:
+  """64 premise / hypothesis pairs: the same scene (entailment), another place (contradiction), an extra
+  detail (neutral)."""
+  directory.mkdir(parents=True, exist_ok=True)
+  records = []
+  for i, (animal, place) in enumerate((a, p) for a in _ANIMALS for p in _PLACES):
+    premise = f"A {animal} is sleeping in the {place}."
+    kind = ("entailment", "contradiction", "neutral")[i % 3]
+    hypothesis = {"entailment": f"An animal rests in the {place}.",
+                  "contradiction": f"The {animal} is running in the {_PLACES[(i + 3) % len(_PLACES)]}.",
+                  "neutral": f"The {animal} in the {place} is old."}[kind]
+    records.append({"premise": premise, "hypothesis": hypothesis, "label": kind})
+  (directory / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+  return directory
+
+
+def write_ppdb_pack(directory: pathlib.Path) -> pathlib.Path:
+  """A PPDB 2.0 pack of 30 pairs per kept relation (and some the paper drops)."""
+  directory.mkdir(parents=True, exist_ok=True)
+  lines = []
+  for i, word in enumerate(_WORDS):
+    other = _WORDS[(i + 5) % len(_WORDS)]
+    for j in range(3):
+      lines += [f"[NN] ||| {word} {j} ||| the {word} {j} ||| PPDB2.0Score=4 ||| 0-0 ||| Equivalence",
+                f"[NN] ||| red {word} {j} ||| {word} {j} ||| PPDB2.0Score=3 ||| 0-0 ||| ForwardEntailment",
+                f"[NN] ||| {other} {j} ||| blue {other} {j} {word} ||| PPDB2.0Score=3 ||| 0-0 ||| ReverseEntailment",
+                f"[NN] ||| {word} {j} ||| {other} {j + 1} ||| PPDB2.0Score=1 ||| 0-0 ||| Independent",
+                f"[NN] ||| hot {word} {j} ||| cold {word} {j} ||| PPDB2.0Score=1 ||| 0-0 ||| Exclusion"]
+  path = directory / "ppdb-2.0-tiny-phrasal"
+  path.write_text("\n".join(lines) + "\n")
+  return path
+
+
+def tiny_config(nli_dir: pathlib.Path, pack: pathlib.Path, tfds_dir: pathlib.Path) -> ml_collections.ConfigDict:
+  """Multi-task training of a small, freshly initialised BERT (the MiniLM tokenizer's vocabulary)."""
+  config = universal.get_config()
+  config.data.tfds_data_dir = str(tfds_dir)
+  config.data.nli_sources = (str(nli_dir),)
+  config.data.validation_fraction = 0.25
+  config.data.ppdb_pack = str(pack)
+  config.data.max_pairs_per_class = 0
+  config.data.max_len = 16
+  config.model.pretrained = ""
+  config.model.bert = ml_collections.ConfigDict(dict(
+      hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64))
+  config.optim.learning_rate = 1e-3
+  config.optim.warmup_steps = 2
+  config.train.global_batch_size = 8
+  config.train.num_steps = 6
+  config.train.log_every_steps = 2
+  config.train.checkpoint_every_steps = 3
+  config.evals.validation.every_steps = 3
+  config.eval.batch_size = 8
+  return config
