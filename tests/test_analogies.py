@@ -99,7 +99,7 @@ def test_candidate_file_round_trips_and_refuses_other_questions(reference, tmp_p
   analogies.write_candidates(path, questions, candidates)
   assert analogies.read_candidates(path, questions) == candidates
   for other_questions in (questions[:-1], [_question("family", question.items) for question in questions]):
-    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} holds the candidates of other questions \(30 questions"):
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} holds the candidates of other questions \(30 "):
       analogies.read_candidates(path, other_questions)
   path.write_text(json.dumps({"candidates": [list(c) for c in candidates]}))
   with pytest.raises(io.DataFormatError, match=rf"^{re.escape(str(path))}: not a file of analogy candidates"):
@@ -165,7 +165,7 @@ def test_level_candidates_keep_the_alignment():
   for level_questions, candidates in ((aligned.phrases, phrase_candidates), (aligned.sentences, sentence_candidates)):
     np.testing.assert_array_equal(analogies.analogy_texts(level_questions, candidates).gold_positions, word_gold)
 
-  with pytest.raises(ValueError, match=r"phrase question 0 \(family: .*\) is not the phrase version of word question 0"):
+  with pytest.raises(ValueError, match=r"phrase question 0 \(family: .*\) is not the phrase version of word question"):
     analogies.level_candidates(words, aligned.phrases[::-1], word_candidates, "phrase")
   with pytest.raises(ValueError, match=r"is not the phrase version"):
     analogies.level_candidates(words, aligned.sentences, word_candidates, "phrase")

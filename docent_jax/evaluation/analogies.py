@@ -112,7 +112,7 @@ def closed_vocabulary_candidates(questions: Sequence[analogy_sets.AnalogyQuestio
     scores = _analogy_queries(vectors, rows[block]) @ vectors.T
     np.put_along_axis(scores, rows[block, :3], -np.inf, axis=1)
     top = np.argpartition(-scores, num_candidates - 1, axis=1)[:, :num_candidates]
-    top = np.take_along_axis(top, np.argsort(top, axis=1), axis=1)
+    top = np.take_along_axis(top, np.lexsort((top, -np.take_along_axis(scores, top, axis=1)), axis=1), axis=1)
     answers = rows[block, 3]
     missed = ~(top == answers[:, None]).any(axis=1)
     top[missed, -1] = answers[missed]

@@ -127,10 +127,9 @@ def phrase_and_sentence_versions(words: Sequence[AnalogyQuestion]) -> AlignedAna
     raise ValueError(f"No phrase and sentence templates for the sections {unknown}; there are templates for "
                      f"{list(TEMPLATES)}.")
 
-  def version(question: AnalogyQuestion, frame_field: str) -> AnalogyQuestion:
-    template = TEMPLATES[question.section]
-    frame = getattr(template, frame_field)
-    return dataclasses.replace(question, items=tuple(frame.format(template.slot(item)) for item in question.items))
+  def version(question: AnalogyQuestion, frame: str) -> AnalogyQuestion:
+    return dataclasses.replace(question, items=tuple(item_version(question.section, item, frame)
+                                                     for item in question.items))
 
   return AlignedAnalogies(words=list(words), phrases=[version(q, "phrase") for q in words],
                           sentences=[version(q, "sentence") for q in words])
