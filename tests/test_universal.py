@@ -1,4 +1,6 @@
 """Siamese multi-task training (universal representations): task mixing, sharding invariance, an end-to-end run."""
+import pathlib
+
 import jax
 import numpy as np
 import pytest
@@ -14,7 +16,8 @@ def tiny_config(tmp_path_factory):
   root = tmp_path_factory.mktemp("universal")
   nli_dir = universal_fixtures.write_nli(root / "nli")
   pack = universal_fixtures.write_ppdb_pack(root / "ppdb")
-  return universal_fixtures.tiny_config(nli_dir, pack, root / "tfds")
+  manual_dir = universal_fixtures.write_evaluation_data(root / "manual")
+  return universal_fixtures.tiny_config(nli_dir, pack, manual_dir, root / "tfds")
 
 
 @pytest.mark.parametrize("ratio, batch, expected", [
@@ -78,11 +81,19 @@ def _leaf(tree, path):
   return tree
 
 
-def test_training_reports_each_tasks_validation_accuracy_and_the_ablations(tiny_config, tmp_path):
+def test_training_reports_tasks_analogies_and_similarity_for_every_model(tiny_config, tmp_path):
   results = train.train_and_evaluate(tiny_config, tmp_path)
   for model, tasks in {"universal_multitask": ("nli", "phrase"), "universal_nli": ("nli",),
-                       "universal_phrase": ("phrase",)}.items():
+                       "universal_phrase": ("phrase",), "pretrained": ()}.items():
     for task in tasks:
       assert 0.0 <= results[f"{model}/validation/{task}_accuracy"] <= 1.0, (model, task)
     assert not [key for key in results if key.startswith(f"{model}/") and
-                any(f"{task}_" in key for task in {"nli", "phrase"} - set(tasks))]
+                any(f"{task}_accuracy" in key for task in {"nli", "phrase"} - set(tasks))]
+  for model in ("universal_multitask", "universal_nli", "universal_phrase", "pretrained", "static_wordpiece"):
+    for key in ("analogy_word/accuracy", "analogy_phrase/accuracy", "analogy_sentence/accuracy",
+                "analogy_word/gram3-comparative/accuracy", "analogy_phrase_set/accuracy"):
+      assert 0.0 <= results[f"{model}/{key}"] <= 1.0, (model, key)
+    assert -1.0 <= results[f"{model}/ppdb_sample/spearman"] <= 1.0, model
+  # Candidates are made once, beside the TFDS data, and every model answers among them.
+  assert sorted(p.name for p in (pathlib.Path(tiny_config.data.tfds_data_dir) / "analogy_candidates").iterdir()) == [
+      "phrases_minilm-l6.json", "words_minilm-l6.json"]

@@ -44,9 +44,34 @@ def write_ppdb_pack(directory: pathlib.Path) -> pathlib.Path:
   return path
 
 
-def tiny_config(nli_dir: pathlib.Path, pack: pathlib.Path, tfds_dir: pathlib.Path) -> ml_collections.ConfigDict:
+_CAPITALS = [("Athens", "Greece"), ("Paris", "France"), ("Rome", "Italy"), ("Madrid", "Spain"), ("Oslo", "Norway")]
+_COMPARATIVES = [("big", "bigger"), ("small", "smaller"), ("cold", "colder"), ("warm", "warmer")]
+
+
+def write_evaluation_data(directory: pathlib.Path) -> pathlib.Path:
+  """A manual directory with tiny analogy sets (analogy/) and a rated PPDB sample (ppdb/)."""
+  (directory / "analogy").mkdir(parents=True, exist_ok=True)
+  (directory / "ppdb").mkdir(parents=True, exist_ok=True)
+  lines = []
+  for section, pairs in (("capital-common-countries", _CAPITALS), ("gram3-comparative", _COMPARATIVES)):
+    lines.append(f": {section}")
+    lines += [f"{a} {b} {c} {d}" for a, b in pairs for c, d in pairs if a != c]
+  (directory / "analogy" / "questions-words.txt").write_text("\n".join(lines) + "\n")
+  papers = [("Boston", "Boston_Globe"), ("Chicago", "Chicago_Tribune"), ("Denver", "Denver_Post"),
+            ("Houston", "Houston_Chronicle")]
+  (directory / "analogy" / "questions-phrases.txt").write_text(
+      ": newspapers\n" + "".join(f"{a} {b} {c} {d}\n" for a, b in papers for c, d in papers if a != c))
+  rows = [f"{1 + i % 5}.0\t[NN]\t{word}\tthe {other}\t3.0,4.0" for i, (word, other) in
+          enumerate(zip(_WORDS, _WORDS[::-1]))]
+  (directory / "ppdb" / "ppdb-sample.tsv").write_text("\n".join(rows) + "\n")
+  return directory
+
+
+def tiny_config(nli_dir: pathlib.Path, pack: pathlib.Path, manual_dir: pathlib.Path,
+                tfds_dir: pathlib.Path) -> ml_collections.ConfigDict:
   """Multi-task training of a small, freshly initialised BERT (the MiniLM tokenizer's vocabulary)."""
   config = universal.get_config()
+  config.data.manual_dir = str(manual_dir)
   config.data.tfds_data_dir = str(tfds_dir)
   config.data.nli_sources = (str(nli_dir),)
   config.data.validation_fraction = 0.25

@@ -13,6 +13,11 @@ from docent_jax.data import tfds_builder
 SOURCE_FILE = "manual_dir_fingerprint.txt"
 
 
+def default_data_dir() -> epath.Path:
+  """TFDS's data directory when a config names none."""
+  return epath.Path(tfds.core.constants.DATA_DIR)
+
+
 def builder_kwargs(data_dir: epath.PathLike | None) -> dict[str, Any]:
   """Keyword arguments of every builder: the TFDS data directory (TFDS's default when None), array_record files."""
   return dict(data_dir=epath.Path(data_dir) if data_dir is not None else None, file_format="array_record")
