@@ -1,0 +1,148 @@
+"""FAQ retrieval (Li & Zhao): rank every FAQ item for a user query by query-question similarity.
+
+Metrics (`retrieval_metrics`), means over the queries:
+  top1  the fraction of queries whose correct item ranks first (Top-1 accuracy);
+  mrr   the mean reciprocal rank of the correct item.
+Ties follow `metrics`: they are resolved in expectation over random tie-breaking. A correct item tied
+with n others at the top counts 1 / (n + 1) towards top1, and its rank is 1 + (#higher) + n / 2, so
+constant scores cannot look good (the MRR is the mean of 1 / that rank, as in movie search).
+
+Scorers give [Q, N] scores of Q queries against N items: cosine of encoder vectors, and the lexical
+baselines TF-IDF (cosine of scikit-learn TF-IDF vectors) and BM25 (`bm25`), both over the words of
+`bm25.word_tokenize`, with statistics from the documents (the FAQ questions) only.
+
+Negatives for fine-tuning: `hard_negatives` are the top-scored wrong items of a scorer (Li & Zhao take
+the top 4 of the pretrained encoder), `random_negatives` are drawn uniformly. `mean_and_std` aggregates
+the metrics of several seeds.
+"""
+from collections.abc import Mapping
+from collections.abc import Sequence
+
+import numpy as np
+from sklearn.feature_extraction import text as sklearn_text
+
+from docent_jax.evaluation import bm25
+from docent_jax.evaluation import metrics
+
+
+def _check_scores(scores: np.ndarray | Sequence) -> np.ndarray:
+  """`scores` as a non-empty, finite float64 [Q, N] array."""
+  scores = np.asarray(scores, np.float64)
+  if scores.ndim != 2 or not scores.size:
+    raise ValueError(f"Expected non-empty scores [Q, N]; got shape {scores.shape}.")
+  if not np.isfinite(scores).all():
+    raise ValueError(f"{int((~np.isfinite(scores)).sum())} of {scores.size} scores are NaN or infinite.")
+  return scores
+
+
+def _check_relevant(relevant: np.ndarray | Sequence[int], num_items: int,
+                    num_queries: int | None = None) -> np.ndarray:
+  """`relevant` as int64 [Q] (Q = `num_queries` where given), each an item index in [0, num_items)."""
+  relevant = np.asarray(relevant)
+  if relevant.ndim != 1 or not np.issubdtype(relevant.dtype, np.integer):
+    raise ValueError(f"Expected relevant item indices as a 1-D int array; got {relevant.dtype} {relevant.shape}.")
+  if num_queries is not None and len(relevant) != num_queries:
+    raise ValueError(f"Got {len(relevant)} relevant item indices for {num_queries} rows of scores.")
+  if relevant.size and (relevant.min() < 0 or relevant.max() >= num_items):
+    raise ValueError(f"Relevant item indices must lie in [0, {num_items}); got {relevant.min()} to "
+                     f"{relevant.max()}.")
+  return relevant.astype(np.int64)
+
+
+def _check_num_negatives(k: int, num_items: int) -> None:
+  if not 1 <= k <= num_items - 1:
+    raise ValueError(f"Need 1 <= k <= {num_items - 1} negatives (all items but the relevant one); got k={k}.")
+
+
+def retrieval_metrics(scores: np.ndarray, relevant: np.ndarray) -> dict[str, float]:
+  """{'top1', 'mrr'} of [Q, N] scores, each query's correct item being `relevant` [Q] (ties in expectation)."""
+  scores = _check_scores(scores)
+  relevant = _check_relevant(relevant, scores.shape[1], scores.shape[0])
+  labels = np.zeros(scores.shape, bool)
+  labels[np.arange(len(relevant)), relevant] = True
+  return {"top1": float(np.mean(metrics.recall_at_k(scores, labels, (1,)))),
+          "mrr": float(np.mean(metrics.reciprocal_rank(scores, labels)))}
+
+
+def cosine_scores(query_vectors: np.ndarray, item_vectors: np.ndarray) -> np.ndarray:
+  """[Q, N] float64 cosine of each query vector [Q, d] with each item vector [N, d]; 0 for a zero vector."""
+  query_vectors, item_vectors = np.asarray(query_vectors, np.float64), np.asarray(item_vectors, np.float64)
+  if query_vectors.ndim != 2 or item_vectors.ndim != 2 or query_vectors.shape[1] != item_vectors.shape[1]:
+    raise ValueError(f"Expected query vectors [Q, d] and item vectors [N, d]; got {query_vectors.shape} and "
+                     f"{item_vectors.shape}.")
+
+  def normalize(x: np.ndarray) -> np.ndarray:
+    # A zero vector has no direction; it gets cosine 0 with everything rather than NaN.
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+  return normalize(query_vectors) @ normalize(item_vectors).T
+
+
+def tfidf_scores(queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
+  """[Q, N] float64 cosine of TF-IDF vectors of queries and documents, IDF fitted on the documents.
+
+  Query words absent from every document add nothing; a query without a known word scores 0 everywhere.
+  """
+  vectorizer = sklearn_text.TfidfVectorizer(tokenizer=bm25.word_tokenize, lowercase=False, token_pattern=None)
+  # Rows are L2-normalised, so the dot product is the cosine.
+  document_vectors = vectorizer.fit_transform(documents)
+  return np.asarray((vectorizer.transform(queries) @ document_vectors.T).todense(), np.float64)
+
+
+def bm25_scores(queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
+  """[Q, N] float32 Okapi BM25 score of each document for each query (`bm25.BM25Index`, default k1 and b)."""
+  return bm25.BM25Index(documents).scores(queries)
+
+
+def hard_negatives(scores: np.ndarray, relevant: np.ndarray, k: int = 4) -> np.ndarray:
+  """int64 [Q, k]: per query the k top-scored items other than its relevant one.
+
+  In descending score order, equal scores by ascending item index, so the choice is deterministic.
+
+  Raises:
+    ValueError: k is not in [1, N - 1], scores are not finite, or a relevant index is out of range.
+  """
+  scores = _check_scores(scores)
+  relevant = _check_relevant(relevant, scores.shape[1], scores.shape[0])
+  _check_num_negatives(k, scores.shape[1])
+  # Below every finite score, the relevant item sorts last.
+  scores = np.where(np.arange(scores.shape[1]) == relevant[:, None], -np.inf, scores)
+  # A stable sort of the negated scores keeps equal scores in item order.
+  return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+
+
+def random_negatives(num_items: int, relevant: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+  """int64 [Q, k]: per query k distinct items other than its relevant one, a uniform draw in random order."""
+  relevant = _check_relevant(relevant, num_items)
+  _check_num_negatives(k, num_items)
+  # The first k of a random permutation of the num_items - 1 other items, numbered 0.. with the relevant
+  # item skipped.
+  draws = np.argsort(rng.random((len(relevant), num_items - 1)), axis=1)[:, :k]
+  return draws + (draws >= relevant[:, None])
+
+
+def mean_and_std(values_per_seed: Sequence[Mapping[str, float]]) -> dict[str, float]:
+  """'<key>' the mean and '<key>_std' the sample standard deviation (ddof=1) of each key over seeds.
+
+  With a single seed the standard deviation is reported as 0.0 (it is undefined for ddof=1).
+
+  Raises:
+    ValueError: no seed, seeds with different keys, or an input key that is another key's '_std'.
+  """
+  if not values_per_seed:
+    raise ValueError("Need the results of at least one seed.")
+  keys = list(values_per_seed[0])
+  for seed, values in enumerate(values_per_seed):
+    if set(values) != set(keys):
+      raise ValueError(f"Seed {seed} has keys {sorted(values)}; seed 0 has {sorted(keys)}.")
+  clashes = sorted(key for key in keys if f"{key}_std" in keys)
+  if clashes:
+    raise ValueError(f"Keys {[f'{key}_std' for key in clashes]} would clash with the standard deviations.")
+  table = np.array([[values[key] for key in keys] for values in values_per_seed], np.float64)  # [seeds, keys]
+  means = table.mean(axis=0)
+  stds = table.std(axis=0, ddof=1) if len(table) > 1 else np.zeros(len(keys))
+  result = {}
+  for key, mean, std in zip(keys, means, stds):
+    result[key] = float(mean)
+    result[f"{key}_std"] = float(std)
+  return result

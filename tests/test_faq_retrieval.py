@@ -1,0 +1,150 @@
+"""FAQ retrieval: metrics and their tie rule, cosine / TF-IDF / BM25 scores, negatives, seed aggregation."""
+import numpy as np
+import pytest
+
+from docent_jax.evaluation import faq_retrieval
+from docent_jax.evaluation import metrics
+
+# Every document has three words; "account" is in three of them, "refund" only in the last.
+DOCUMENTS = ["account login help", "account email change", "account close now", "refund status check"]
+
+
+def test_metrics_of_hand_ranked_queries():
+  scores = np.array([
+      [0.9, 0.1, 0.2, 0.3, 0.0],  # item 0 ranks 1st
+      [0.5, 0.9, 0.1, 0.7, 0.0],  # item 3 ranks 2nd
+      [0.5, 0.9, 0.1, 0.7, 0.0],  # item 2 ranks 4th
+  ])
+  result = faq_retrieval.retrieval_metrics(scores, np.array([0, 3, 2]))
+  assert result == pytest.approx({"top1": 1 / 3, "mrr": (1 + 1 / 2 + 1 / 4) / 3})
+
+
+def test_ties_count_in_expectation():
+  scores = np.array([
+      [2.0, 2.0, 2.0, 1.0],  # relevant 0 tied with two others at the top: rank 2, first with chance 1/3
+      [3.0, 2.0, 2.0, 1.0],  # relevant 1 tied with one other below the top: rank 2.5, never first
+      [0.0, 0.0, 0.0, 0.0],  # constant scores: rank 2.5, first with chance 1/4
+  ])
+  result = faq_retrieval.retrieval_metrics(scores, np.array([0, 1, 3]))
+  assert result == pytest.approx({"top1": (1 / 3 + 0 + 1 / 4) / 3, "mrr": (1 / 2 + 1 / 2.5 + 1 / 2.5) / 3})
+
+
+def test_mrr_agrees_with_the_tie_averaged_ranks_of_metrics():
+  rng = np.random.default_rng(0)
+  scores = rng.integers(0, 3, (40, 6)).astype(np.float64)  # many ties
+  relevant = rng.integers(0, 6, 40)
+  ranks = np.asarray(metrics.ranks_from_scores(scores, relevant), np.float64)
+  relevant_scores = scores[np.arange(40), relevant]
+  first_chance = (relevant_scores == scores.max(axis=1)) / (scores == scores.max(axis=1, keepdims=True)).sum(axis=1)
+  result = faq_retrieval.retrieval_metrics(scores, relevant)
+  assert result == pytest.approx({"top1": first_chance.mean(), "mrr": np.mean(1.0 / ranks)})
+
+
+@pytest.mark.parametrize("scores, relevant, message", [
+    ([[1.0, np.nan]], [0], "NaN or infinite"),
+    ([[1.0, 2.0]], [2], r"must lie in \[0, 2\)"),
+    ([[1.0, 2.0]], [0, 1], "2 relevant item indices for 1 rows"),
+    ([[1.0, 2.0]], [0.0], "1-D int array"),
+])
+def test_retrieval_metrics_rejects_bad_input(scores, relevant, message):
+  with pytest.raises(ValueError, match=message):
+    faq_retrieval.retrieval_metrics(np.array(scores), np.array(relevant))
+
+
+def test_cosine_scores_match_a_direct_computation():
+  rng = np.random.default_rng(1)
+  queries, items = rng.normal(size=(3, 5)), rng.normal(size=(4, 5))
+  items[2] = 0.0
+  expected = [[q @ v / (np.linalg.norm(q) * np.linalg.norm(v)) if v.any() else 0.0 for v in items] for q in queries]
+  np.testing.assert_allclose(faq_retrieval.cosine_scores(queries, items), expected, atol=1e-12)
+  np.testing.assert_allclose(faq_retrieval.cosine_scores(7.0 * queries, items), expected, atol=1e-12)
+  with pytest.raises(ValueError, match="Expected query vectors"):
+    faq_retrieval.cosine_scores(queries, items[:, :4])
+
+
+@pytest.mark.parametrize("scorer", [faq_retrieval.tfidf_scores, faq_retrieval.bm25_scores])
+def test_lexical_baselines_rank_the_rare_word_first(scorer):
+  # "Account" and "Refund" each match one word of equally long items; only the rarer word's weight decides.
+  scores = scorer(["Account REFUND?", "nothing known"], DOCUMENTS)
+  assert scores.shape == (2, 4)
+  assert scores[0, 3] > scores[0, :3].max() > 0
+  np.testing.assert_array_equal(scores[1], 0.0)
+
+
+def test_tfidf_scores_are_cosines():
+  scores = faq_retrieval.tfidf_scores([DOCUMENTS[1]], DOCUMENTS)
+  np.testing.assert_allclose(scores[0, 1], 1.0)
+  assert (scores[0, [0, 2, 3]] < 1.0).all()
+
+
+def test_hard_negatives_by_hand():
+  scores = np.array([
+      [0.9, 0.5, 0.7, 0.5, 0.1],  # relevant 0 scores highest; items 1 and 3 tie
+      [0.2, 0.8, 0.8, 0.8, 0.0],  # relevant 2 ties with items 1 and 3
+  ])
+  negatives = faq_retrieval.hard_negatives(scores, np.array([0, 2]), k=3)
+  np.testing.assert_array_equal(negatives, [[2, 1, 3], [1, 3, 0]])
+  assert np.issubdtype(negatives.dtype, np.integer)
+
+
+def test_hard_negatives_are_the_top_other_items_in_score_order():
+  rng = np.random.default_rng(2)
+  scores = rng.integers(0, 5, (30, 9)).astype(np.float32)  # many ties
+  relevant = rng.integers(0, 9, 30)
+  negatives = faq_retrieval.hard_negatives(scores, relevant)
+  assert negatives.shape == (30, 4)
+  for row, (row_scores, target) in enumerate(zip(scores, relevant)):
+    expected = sorted((item for item in range(9) if item != target), key=lambda item: (-row_scores[item], item))
+    assert negatives[row].tolist() == expected[:4]
+
+
+def test_hard_negatives_need_enough_other_items():
+  scores = np.zeros((2, 5))
+  assert faq_retrieval.hard_negatives(scores, np.array([0, 4]), k=4).tolist() == [[1, 2, 3, 4], [0, 1, 2, 3]]
+  for k in (0, 5):
+    with pytest.raises(ValueError, match=r"Need 1 <= k <= 4"):
+      faq_retrieval.hard_negatives(scores, np.array([0, 4]), k=k)
+
+
+def test_random_negatives_are_distinct_other_items_drawn_uniformly():
+  num_items, k = 6, 3
+  relevant = np.arange(6000) % num_items
+  negatives = faq_retrieval.random_negatives(num_items, relevant, k, np.random.default_rng(3))
+  assert negatives.shape == (6000, k) and np.issubdtype(negatives.dtype, np.integer)
+  assert ((negatives >= 0) & (negatives < num_items)).all()
+  assert (np.diff(np.sort(negatives, axis=1), axis=1) > 0).all()
+  assert not (negatives == relevant[:, None]).any()
+  # Each of the 5 other items is drawn for a query with chance 3 / 5.
+  drawn = np.zeros((len(relevant), num_items), bool)
+  drawn[np.arange(len(relevant))[:, None], negatives] = True
+  for item in range(num_items):
+    frequencies = drawn[relevant == item].mean(axis=0)
+    np.testing.assert_allclose(np.delete(frequencies, item), k / (num_items - 1), atol=0.06)
+
+
+def test_random_negatives_are_reproducible_for_a_seed():
+  relevant = np.array([0, 3, 7, 7])
+  first, again, other = (faq_retrieval.random_negatives(10, relevant, 4, np.random.default_rng(seed))
+                         for seed in (5, 5, 6))
+  np.testing.assert_array_equal(first, again)
+  assert not np.array_equal(first, other)
+  with pytest.raises(ValueError, match=r"Need 1 <= k <= 9"):
+    faq_retrieval.random_negatives(10, relevant, 10, np.random.default_rng(5))
+
+
+def test_mean_and_std_over_seeds():
+  seeds = [{"top1": 0.5, "mrr": 0.6}, {"top1": 0.7, "mrr": 0.65}, {"mrr": 0.9, "top1": 0.4}]
+  top1, mrr = np.array([0.5, 0.7, 0.4]), np.array([0.6, 0.65, 0.9])
+  assert faq_retrieval.mean_and_std(seeds) == pytest.approx({
+      "top1": top1.mean(), "top1_std": top1.std(ddof=1), "mrr": mrr.mean(), "mrr_std": mrr.std(ddof=1)})
+  assert faq_retrieval.mean_and_std(seeds[:1]) == {"top1": 0.5, "top1_std": 0.0, "mrr": 0.6, "mrr_std": 0.0}
+
+
+@pytest.mark.parametrize("seeds, message", [
+    ([], "at least one seed"),
+    ([{"top1": 0.5, "mrr": 0.6}, {"top1": 0.5}], "Seed 1 has keys"),
+    ([{"mrr": 0.5, "mrr_std": 0.1}], "would clash"),
+])
+def test_mean_and_std_rejects_bad_input(seeds, message):
+  with pytest.raises(ValueError, match=message):
+    faq_retrieval.mean_and_std(seeds)
