@@ -12,12 +12,17 @@ import ml_collections
 
 from configs import common
 
-VARIANTS = ("multitask",)
+VARIANTS = ("multitask", "faq")
+# Fine-tuned FAQ models run with this many seeds (the paper reports mean and standard deviation).
+FAQ_SEEDS = 5
 
 
 def get_config(arg: str = "multitask") -> ml_collections.ConfigDict:
-  if arg not in VARIANTS:
-    raise ValueError(f"Unknown universal variant {arg!r}; valid: {list(VARIANTS)}.")
+  variant, _, faq_source = arg.partition(",")
+  if variant not in VARIANTS:
+    raise ValueError(f"Unknown universal variant {variant!r}; valid: {list(VARIANTS)}.")
+  if variant == "faq":
+    return faq_config(faq_source or "stackfaq")
   config = ml_collections.ConfigDict()
   config.objective = "universal"
   config.name = "universal_multitask"
@@ -57,4 +62,47 @@ def get_config(arg: str = "multitask") -> ml_collections.ConfigDict:
       "pretrained": {"train": {"num_steps": 0}, "eval": {"best_metric": ""},
                      "evals": {name: model_evals[name] for name in ("analogies", "phrase_similarity")}},
   })
+  return config
+
+
+def faq_config(source: str) -> ml_collections.ConfigDict:
+  """FAQ retrieval fine-tuning with retrieved negatives (seed 0 and the other seeds as baselines), beside random
+  negatives, the zero-shot encoder and the TF-IDF and BM25 baselines. `source`: 'stackfaq' (data.manual_dir
+  holding faq/stackfaq, or downloaded) or a FAQ directory (faq.tsv, queries.tsv). `--config.model_init=<the
+  workdir of a multitask run's model>` starts every fine-tuned model from it (multi-task, then FAQ)."""
+  config = ml_collections.ConfigDict()
+  config.objective = "faq_retrieval"
+  config.name = "faq_retrieved"
+  config.seed = 0
+  config.model_init = ""
+
+  config.data = common.data("", max_len=32)
+  del config.data.dataset  # `faq` names the data.
+  config.data.faq = source
+  config.data.test_fraction = 0.5  # Of the queries, where the source does not split them.
+  config.data.split_seed = 0  # Fixed across the seeds of the models: every model answers the same test queries.
+
+  config.model = common.bert_model()
+
+  config.loss = ml_collections.ConfigDict(dict(negatives="retrieved", num_negatives=4, scale=20.0))
+
+  config.optim = common.optimizer(learning_rate=2e-5, warmup_steps=10)
+  # 16 training queries (each with its item and 4 negatives) per step; 120 steps: 3 epochs of StackFAQ.
+  config.train = common.training(global_batch_size=16, num_steps=120, log_every_steps=20,
+                                 checkpoint_every_steps=60)
+
+  config.eval = common.evaluation(batch_size=128)
+  model_evals = dict(test=dict(type="faq_retrieval", split="test"))
+  config.evals = ml_collections.ConfigDict(dict(
+      **model_evals, tfidf=dict(type="faq_retrieval", scorer="tfidf", report_as="tfidf"),
+      bm25=dict(type="faq_retrieval", scorer="bm25", report_as="bm25")))
+
+  config.mesh = common.mesh()
+
+  baselines = {"faq_zero_shot": {"train": {"num_steps": 0}, "evals": model_evals},
+               "faq_random": {"loss": {"negatives": "random"}, "evals": model_evals}}
+  for seed in range(1, FAQ_SEEDS):
+    baselines[f"faq_retrieved_seed{seed}"] = {"seed": seed, "evals": model_evals}
+    baselines[f"faq_random_seed{seed}"] = {"seed": seed, "loss": {"negatives": "random"}, "evals": model_evals}
+  config.baselines = ml_collections.ConfigDict(baselines)
   return config

@@ -8,6 +8,7 @@ import pytest
 from docent_jax import parallel
 from docent_jax import train
 from docent_jax.data.universal import sampling
+from docent_jax.evaluation import faq_retrieval
 import universal_fixtures
 
 
@@ -97,3 +98,43 @@ def test_training_reports_tasks_analogies_and_similarity_for_every_model(tiny_co
   # Candidates are made once, beside the TFDS data, and every model answers among them.
   assert sorted(p.name for p in (pathlib.Path(tiny_config.data.tfds_data_dir) / "analogy_candidates").iterdir()) == [
       "phrases_minilm-l6.json", "words_minilm-l6.json"]
+
+
+@pytest.fixture(scope="module")
+def faq_config(tmp_path_factory):
+  root = tmp_path_factory.mktemp("faq")
+  return universal_fixtures.tiny_faq_config(universal_fixtures.write_faq(root / "faq"), root / "tfds")
+
+
+def test_faq_negatives_never_hold_the_right_item_and_retrieved_ones_follow_the_pretrained_encoder(faq_config):
+  retrieved = train.Trainer(faq_config, "unused").objective
+  negatives = retrieved.negatives()
+  relevant = retrieved.faq.relevant["train"]
+  assert negatives.shape == (len(relevant), 4)
+  assert not (negatives == relevant[:, None]).any()
+  config = faq_config.copy_and_resolve_references()
+  config.loss.negatives = "random"
+  random = train.Trainer(config, "unused").objective.negatives()
+  assert not (random == relevant[:, None]).any()
+  # Retrieved negatives are the wrong items the encoder as shipped scores highest for the query.
+  shipped = faq_config.copy_and_resolve_references()
+  shipped.model.pretrained = "minilm-l6"
+  trainer = train.Trainer(shipped, "unused")
+  params = trainer.initial_state().params
+  scores = faq_retrieval.cosine_scores(trainer.objective.vectors(params, retrieved.query_tokens["train"]),
+                                       trainer.objective.vectors(params, retrieved.question_tokens))
+  for query, chosen in enumerate(negatives):
+    others = np.setdiff1d(np.arange(scores.shape[1]), [*chosen, relevant[query]])
+    assert scores[query, chosen].min() >= scores[query, others].max() - 1e-6, query
+  assert not all((scores[q, random[q]].min() >= scores[q, np.setdiff1d(np.arange(scores.shape[1]),
+                                                                        [*random[q], relevant[q]])].max())
+                 for q in range(len(relevant)))
+
+
+def test_faq_fine_tuning_reports_every_model_and_the_lexical_baselines(faq_config, tmp_path):
+  results = train.train_and_evaluate(faq_config, tmp_path)
+  for model in ("faq_retrieved", "faq_zero_shot", "tfidf", "bm25"):
+    for metric in ("top1", "mrr"):
+      assert 0.0 <= results[f"{model}/test/{metric}"] <= 1.0, (model, metric)
+  # Each query shares its item's topic word: the lexical baselines find it.
+  assert results["bm25/test/top1"] == 1.0 and results["tfidf/test/top1"] == 1.0

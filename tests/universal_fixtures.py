@@ -90,3 +90,36 @@ def tiny_config(nli_dir: pathlib.Path, pack: pathlib.Path, manual_dir: pathlib.P
   config.evals.validation.every_steps = 3
   config.eval.batch_size = 8
   return config
+
+
+_TOPICS = ["password", "account", "email", "photo", "invoice", "refund", "printer", "backup", "wifi", "calendar",
+           "contacts", "language"]
+
+
+def write_faq(directory: pathlib.Path) -> pathlib.Path:
+  """A FAQ directory: 12 items, 3 queries each (2 train, 1 test), each query sharing its item's topic word."""
+  directory.mkdir(parents=True, exist_ok=True)
+  (directory / "faq.tsv").write_text("".join(f"f{i}\tHow do I change my {topic}?\tOpen the {topic} settings.\n"
+                                             for i, topic in enumerate(_TOPICS)))
+  queries = [(f"q{i}_{j}", text, f"f{i}", split) for i, topic in enumerate(_TOPICS) for j, (text, split) in enumerate(
+      [(f"change {topic}", "train"), (f"where is the {topic} option", "train"), (f"my {topic} needs changing", "test")])]
+  (directory / "queries.tsv").write_text("".join("\t".join(row) + "\n" for row in queries))
+  return directory
+
+
+def tiny_faq_config(faq_dir: pathlib.Path, tfds_dir: pathlib.Path) -> ml_collections.ConfigDict:
+  """FAQ fine-tuning of a small, freshly initialised BERT: one seed, beside the zero-shot encoder."""
+  config = universal.get_config(f"faq,{faq_dir}")
+  config.data.tfds_data_dir = str(tfds_dir)
+  config.data.max_len = 16
+  config.model.pretrained = ""
+  config.model.bert = ml_collections.ConfigDict(dict(
+      hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64))
+  config.optim.learning_rate = 1e-3
+  config.optim.warmup_steps = 2
+  config.train.global_batch_size = 8
+  config.train.num_steps = 4
+  config.train.checkpoint_every_steps = 2
+  config.eval.batch_size = 8
+  config.baselines = {"faq_zero_shot": config.baselines.faq_zero_shot}
+  return config

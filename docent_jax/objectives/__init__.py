@@ -3,6 +3,7 @@ from docent_jax.objectives import blp
 from docent_jax.objectives import docent_dual
 from docent_jax.objectives import docent_full
 from docent_jax.objectives import docent_hybrid
+from docent_jax.objectives import faq_retrieval
 from docent_jax.objectives import pair_matching
 from docent_jax.objectives import supcon
 from docent_jax.objectives import tag_finetuning
@@ -15,6 +16,7 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "docent_dual": docent_dual.DocentDualObjective,
     "docent_full": docent_full.DocentFullObjective,
     "docent_hybrid": docent_hybrid.DocentHybridObjective,
+    "faq_retrieval": faq_retrieval.FaqRetrievalObjective,
     "pair_matching": pair_matching.PairMatchingObjective,
     "supcon": supcon.SupconObjective,
     "tag_finetuning": tag_finetuning.TagFinetuningObjective,

@@ -1,4 +1,5 @@
-"""The labelled text-pair tasks of universal representations (NLI, phrase relations), loaded from TFDS.
+"""The data of universal representations loaded from TFDS: the labelled text-pair tasks (NLI, phrase
+relations) and FAQ retrieval sets.
 
 A task is first texts, second texts and labels per split ('train', 'validation'). NLI sources are the
 `nli_pairs` builder's configs ('snli', 'mnli') or a directory of JSON-lines files; a source with a 'train'
@@ -16,12 +17,14 @@ import numpy as np
 from docent_jax.data import fingerprint
 from docent_jax.data import tfds_loading
 from docent_jax.data.universal import builders
+from docent_jax.data.universal import faq
 from docent_jax.data.universal import nli
 from docent_jax.data.universal import phrases
 
 TASK_SPLITS = ("train", "validation")
 # Where each NLI source lies in a manual directory that holds several datasets (e.g. nli/snli/dev.jsonl).
 NLI_MANUAL_SUBDIRS = {"snli": "nli/snli", "mnli": "nli/mnli"}
+FAQ_MANUAL_SUBDIR = "faq/stackfaq"
 # The dev splits an NLI source with a training split validates on.
 _NLI_DEV_SPLITS = ("dev", "dev_matched", "validation")
 
@@ -116,3 +119,45 @@ def load_phrase_task(pack: str, *, data_dir: epath.PathLike | None, max_pairs_pe
   splits = tfds_loading.prepare(builder, None)
   return _task("phrase", phrases.RELATIONS,
                {split: _columns(splits[split], ("phrase1", "phrase2", "label")) for split in TASK_SPLITS})
+
+
+@dataclasses.dataclass(frozen=True)
+class FaqSet:
+  """FAQ items and the queries of each split ('train', 'test'), with the index of the item each asks for."""
+  name: str
+  questions: list[str]
+  answers: list[str]
+  queries: dict[str, list[str]]
+  relevant: dict[str, np.ndarray]
+
+  def fingerprint(self) -> fingerprint.Fingerprint:
+    return {"faq/items": len(self.questions),
+            **{f"faq/{split}_queries": len(queries) for split, queries in sorted(self.queries.items())},
+            "faq/digest": fingerprint.digest([self.questions, self.answers,
+                                              *(part[split] for split in sorted(self.queries)
+                                                for part in (self.queries, self.relevant))])}
+
+
+def load_faq(source: str, *, data_dir: epath.PathLike | None, manual_dir: epath.PathLike | None,
+             test_fraction: float, seed: int) -> FaqSet:
+  """A FAQ set: 'stackfaq' (from `FAQ_MANUAL_SUBDIR` of `manual_dir`, else downloaded) or a FAQ directory
+  (see `faq.read_faq_directory`); queries without a split are drawn into train and test by `seed`."""
+  if source == "stackfaq":
+    config = builders.faq_config(None, test_fraction, seed)
+    source_manual_dir = epath.Path(manual_dir) / FAQ_MANUAL_SUBDIR if manual_dir else None
+  elif epath.Path(source).is_dir():
+    config, source_manual_dir = builders.faq_config(source, test_fraction, seed), None
+  else:
+    raise ValueError(f"Unknown FAQ source {source!r}: not 'stackfaq' and not a directory.")
+  # TFDS takes a config it defines by name only.
+  builder = builders.Faq(config=config.name if config.name in builders.Faq.builder_configs else config,
+                         **tfds_loading.builder_kwargs(data_dir))
+  splits = tfds_loading.prepare(builder, source_manual_dir)
+  items = tfds_loading.read_columns(splits["faq"], ("question", "answer"))
+  queries, relevant = {}, {}
+  for split in faq.QUERY_SPLITS:
+    columns = tfds_loading.read_columns(splits[f"{split}_queries"], ("query", "faq_index"))
+    queries[split] = columns["query"]
+    relevant[split] = np.asarray(columns["faq_index"], np.int64).reshape(-1)
+  return FaqSet(f"{builder.name}/{builder.builder_config.name}", items["question"], items["answer"], queries,
+                relevant)

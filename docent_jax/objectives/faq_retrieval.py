@@ -1,0 +1,137 @@
+"""FAQ retrieval by query-question similarity (Li & Zhao), fine-tuning an encoder on the training queries.
+
+Each training query is scored against its FAQ item's question and `loss.num_negatives` other questions
+by the scaled cosine of mean-pooled encoder vectors; the loss is the cross-entropy of the right item
+among them. The negatives of a query are fixed before training: `loss.negatives = 'retrieved'` takes the
+questions the pretrained encoder (`model.pretrained`, as shipped) ranks highest besides the right one,
+Li & Zhao's retrieval-based negatives; 'random' draws them uniformly with the run's seed. The encoder
+starts from the pretrained one, or from another run's (`model_init`, e.g. the multi-task model: the
+paper's multi-task-then-FAQ recipe).
+
+The `faq_retrieval` evaluator ranks every FAQ question for each query of a split: `<split>/top1` and
+`<split>/mrr`, by the encoder, or by the lexical baselines (`scorer='tfidf'` or `'bm25'`).
+"""
+from typing import Any
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+import ml_collections
+import numpy as np
+import optax
+
+from docent_jax import evaluators
+from docent_jax import parallel
+from docent_jax.data import pipeline
+from docent_jax.data import tokenization
+from docent_jax.data.universal import corpus as universal_corpus
+from docent_jax.evaluation import faq_retrieval
+from docent_jax.models import bert
+from docent_jax.models import pretrained
+from docent_jax.objectives import base
+
+NEGATIVES = ("retrieved", "random")
+SCORERS = ("encoder", "tfidf", "bm25")
+
+
+class FaqRetrievalObjective(base.Objective):
+  """Fine-tuning of a text encoder for FAQ retrieval; see the module docstring."""
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
+    super().__init__(config, mesh)
+    if config.loss.negatives not in NEGATIVES:
+      raise ValueError(f"config.loss.negatives = {config.loss.negatives!r}; valid: {list(NEGATIVES)}.")
+    data = config.data
+    self.faq = universal_corpus.load_faq(data.faq, data_dir=data.tfds_data_dir, manual_dir=data.manual_dir,
+                                         test_fraction=data.test_fraction, seed=data.split_seed)
+    self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
+    self.bert_config, self._bert_params = pretrained.load_or_create_bert(
+        config.model.pretrained, config.model.bert.to_dict(), len(self.tokenizer))
+    self.encoder = bert.BertModel(self.bert_config, dtype=jnp.dtype(config.model.dtype), add_pooler=False)
+    self.question_tokens = self.tokenize(self.faq.questions)
+    self.query_tokens = {split: self.tokenize(queries) for split, queries in self.faq.queries.items()}
+    self._negatives = None
+
+  def tokenize(self, texts: list[str]) -> np.ndarray:
+    return tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
+
+  def data_fingerprint(self) -> dict[str, int | str]:
+    return self.faq.fingerprint()
+
+  def init_variables(self, rng: jax.Array) -> Any:
+    tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
+    return {"bert": self.encoder.init(rng, tokens, tokens)["params"]}
+
+  def pretrained_params(self) -> dict[str, Any]:
+    if self.parent is not None:
+      return {"bert": jax.device_get(self.parent[1]["bert"])}
+    return {} if self._bert_params is None else {"bert": self._bert_params}
+
+  def encode(self, params: Any, tokens: jax.Array, *, deterministic: bool = True,
+             rng: jax.Array | None = None) -> jax.Array:
+    return bert.mean_pooled(self.encoder, params["bert"], tokens, pad_token_id=self.tokenizer.pad_token_id,
+                            deterministic=deterministic, rng=rng)
+
+  def vectors(self, params: Any, tokens: np.ndarray) -> np.ndarray:
+    return parallel.map_batches(self.encode, params, tokens, batch_size=self.config.eval.batch_size,
+                                mesh=self.mesh, what="texts")
+
+  def negatives(self) -> np.ndarray:
+    """int [train queries, num_negatives] the FAQ items each training query is contrasted with."""
+    if self._negatives is None:
+      relevant, k = self.faq.relevant["train"], self.config.loss.num_negatives
+      if self.config.loss.negatives == "random":
+        self._negatives = faq_retrieval.random_negatives(len(self.faq.questions), relevant, k,
+                                                         np.random.default_rng(self.config.seed))
+      else:
+        shipped_config, shipped = pretrained.load_or_create_bert(self.config.model.pretrained or "minilm-l6", {},
+                                                                 len(self.tokenizer))
+        shipped_encoder = bert.BertModel(shipped_config, add_pooler=False)
+        encode = lambda params, tokens: bert.mean_pooled(shipped_encoder, params, tokens,
+                                                         pad_token_id=self.tokenizer.pad_token_id)
+        vectors = lambda tokens: parallel.map_batches(encode, shipped, tokens, batch_size=self.config.eval.batch_size,
+                                                      mesh=self.mesh, what="texts")
+        scores = faq_retrieval.cosine_scores(vectors(self.query_tokens["train"]), vectors(self.question_tokens))
+        self._negatives = faq_retrieval.hard_negatives(scores, relevant, k)
+        logging.info("%s: %d retrieved negatives for each of %d training queries.", self.faq.name, k, len(relevant))
+    return self._negatives
+
+  def train_batches(self, seed: int) -> Any:
+    relevant = self.faq.relevant["train"]
+    # A run without steps (zero-shot) needs no negatives: they are not mined for it.
+    negatives = self.negatives() if self.config.train.num_steps else np.zeros((len(relevant), 0), np.int64)
+    items = np.concatenate([relevant[:, None], negatives], axis=1)
+    queries, questions = self.query_tokens["train"], self.question_tokens
+    read = lambda rows: {"query": queries[rows], "items": questions[items[rows]]}
+    return pipeline.process_batches(len(items), read, global_batch_size=self.config.train.global_batch_size,
+                                    seed=seed)
+
+  def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    query_rng, item_rng = jax.random.split(rng)
+    queries = self.encode(params, batch["query"], deterministic=False, rng=query_rng)
+    rows, num_items, length = batch["items"].shape
+    items = self.encode(params, batch["items"].reshape(rows * num_items, length), deterministic=False, rng=item_rng)
+    items = items.reshape(rows, num_items, -1)
+    unit = lambda x: x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-9)
+    logits = self.config.loss.scale * jnp.einsum("bd,bkd->bk", unit(queries), unit(items))
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.zeros(rows, jnp.int32)).mean()
+    return loss, {"loss": loss, "accuracy": jnp.mean(logits.argmax(-1) == 0)}
+
+
+@evaluators.register("faq_retrieval")
+def evaluate_faq_retrieval(objective: FaqRetrievalObjective, params: Any, split: str = "test",
+                           scorer: str = "encoder") -> dict[str, float]:
+  """`<split>/top1` and `<split>/mrr` of ranking every FAQ question for each query of `split`."""
+  if scorer not in SCORERS:
+    raise ValueError(f"Unknown FAQ scorer {scorer!r}; valid: {list(SCORERS)}.")
+  queries, questions = objective.faq.queries[split], objective.faq.questions
+  if scorer == "tfidf":
+    scores = faq_retrieval.tfidf_scores(queries, questions)
+  elif scorer == "bm25":
+    scores = faq_retrieval.bm25_scores(queries, questions)
+  else:
+    scores = faq_retrieval.cosine_scores(objective.vectors(params, objective.query_tokens[split]),
+                                         objective.vectors(params, objective.question_tokens))
+  metrics = faq_retrieval.retrieval_metrics(scores, objective.faq.relevant[split])
+  return {f"{split}/{key}": value for key, value in metrics.items()}
