@@ -46,7 +46,7 @@ def get_config(arg: str = "multitask") -> ml_collections.ConfigDict:
   config.eval = common.evaluation(batch_size=128, best_metric="validation/accuracy")
   # What every model reports: held-out accuracy of its tasks (model selection), analogies and phrase similarity
   # (both read from data.manual_dir: analogy/questions-*.txt, ppdb/ppdb-sample.tsv).
-  model_evals = dict(validation=dict(type="pair_tasks", split="validation", every_steps=100),
+  model_evals = dict(validation=dict(type="pair_tasks", split="validation", max_pairs=1000, every_steps=100),
                      analogies=dict(type="analogies"), phrase_similarity=dict(type="phrase_similarity"))
   # The static baseline: the reference model's input word pieces, averaged (reported once, by the main model).
   static = dict(static_analogies=dict(type="analogies", static=True, report_as="static_wordpiece"),

@@ -88,6 +88,8 @@ def tiny_config(nli_dir: pathlib.Path, pack: pathlib.Path, manual_dir: pathlib.P
   config.train.log_every_steps = 2
   config.train.checkpoint_every_steps = 3
   config.evals.validation.every_steps = 3
+  config.evals.validation.max_pairs = 10  # Of 16 NLI and 11 phrase validation pairs.
+  config.baselines = {name: config.baselines[name] for name in ("universal_nli", "pretrained")}
   config.eval.batch_size = 8
   return config
 
