@@ -5,6 +5,7 @@ import ml_collections
 import numpy as np
 
 from configs import blp
+import tiny_training
 
 _COLOURS = ["red", "green", "blue", "yellow", "black", "white"]
 _THINGS = ["fruit", "tool", "animal", "river", "song", "city"]
@@ -65,21 +66,10 @@ def write_transductive_kg(directory: pathlib.Path) -> pathlib.Path:
 
 def tiny_config(kg_dir: pathlib.Path, tfds_dir: pathlib.Path) -> ml_collections.ConfigDict:
   """BLP over the tiny KG with a small, freshly initialised BERT (the MiniLM tokenizer's vocabulary)."""
-  config = blp.get_config(str(kg_dir))
-  config.data.tfds_data_dir = str(tfds_dir)
-  config.data.max_len = 12
-  config.model.pretrained = ""
-  config.model.bert = ml_collections.ConfigDict(dict(
-      hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64))
+  config = tiny_training.shrink(blp.get_config(str(kg_dir)), tfds_dir, max_len=12, checkpoint_every_steps=2,
+                                eval_batch_size=16)
   config.model.dim = 16
   config.loss.num_negatives = 8
-  config.optim.learning_rate = 1e-3
-  config.optim.warmup_steps = 2
-  config.train.global_batch_size = 8
-  config.train.num_steps = 6
-  config.train.log_every_steps = 2
-  config.train.checkpoint_every_steps = 2
-  config.eval.batch_size = 16
   config.eval.link_prediction_batch_size = 16
   config.mesh.shape = (-1, 1)
   return config

@@ -2,6 +2,7 @@
 import pathlib
 
 from configs import docent
+import tiny_training
 
 _THEMES = {
     "space": "a space crew of astronauts explores distant planets and alien worlds",
@@ -28,19 +29,8 @@ def write_tiny_reviews(directory: pathlib.Path) -> pathlib.Path:
 
 
 def tiny_config(reviews_dir, tfds_dir, negatives="in_batch", variant="dual"):
-  config = docent.get_config(f"{variant},{reviews_dir}")
-  config.data.tfds_data_dir = str(tfds_dir)
-  config.data.max_len = 24
-  config.model.pretrained = ""
-  config.model.bert.update(dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64))
+  config = tiny_training.shrink(docent.get_config(f"{variant},{reviews_dir}"), tfds_dir, max_len=24)
   config.loss.negatives = negatives
-  config.optim.learning_rate = 1e-3
-  config.optim.warmup_steps = 2
-  config.train.global_batch_size = 8
-  config.train.num_steps = 6
-  config.train.log_every_steps = 2
-  config.train.checkpoint_every_steps = 3
-  config.eval.batch_size = 8
   config.eval.tag_finetune_steps = 8
   config.eval.tag_learning_rate = 1e-3
   config.eval.tag_items_per_step = 8  # Rows split over the 8 test devices.

@@ -16,6 +16,7 @@ from docent_jax.data.offers import sampling as offer_sampling
 from docent_jax.evaluation import pair_matching
 from docent_jax.objectives import supcon
 import test_offer_files
+import tiny_training
 
 NUM_PRODUCTS = 12
 _BRANDS = ("acme", "globex", "initech", "umbrella", "hooli", "vandelay")
@@ -43,18 +44,8 @@ def write_products(directory: pathlib.Path) -> pathlib.Path:
 
 
 def tiny_config(data_dir: pathlib.Path, tfds_dir: pathlib.Path):
-  config = supcon_config.get_config(str(data_dir))
-  config.data.tfds_data_dir = str(tfds_dir)
-  config.data.max_len = 16
-  config.model.pretrained = ""
-  config.model.bert.update(dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64))
-  config.optim.learning_rate = 1e-3
-  config.optim.warmup_steps = 2
-  config.train.global_batch_size = 4
-  config.train.num_steps = 6
-  config.train.log_every_steps = 3
-  config.train.checkpoint_every_steps = 3
-  config.eval.batch_size = 8
+  config = tiny_training.shrink(supcon_config.get_config(str(data_dir)), tfds_dir, max_len=16, global_batch_size=4,
+                                log_every_steps=3)
   fine_tuning = dict(train=dict(num_steps=5, global_batch_size=8, log_every_steps=1, checkpoint_every_steps=2),
                      evals=dict(validation=dict(every_steps=2)))
   config.finetune.trained.update(fine_tuning)

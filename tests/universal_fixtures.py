@@ -5,6 +5,7 @@ import pathlib
 import ml_collections
 
 from configs import universal
+import tiny_training
 
 _ANIMALS = ["dog", "cat", "horse", "bird", "fish", "cow", "goat", "duck"]
 _PLACES = ["park", "river", "kitchen", "garden", "street", "beach", "forest", "field"]
@@ -70,27 +71,15 @@ def write_evaluation_data(directory: pathlib.Path) -> pathlib.Path:
 def tiny_config(nli_dir: pathlib.Path, pack: pathlib.Path, manual_dir: pathlib.Path,
                 tfds_dir: pathlib.Path) -> ml_collections.ConfigDict:
   """Multi-task training of a small, freshly initialised BERT (the MiniLM tokenizer's vocabulary)."""
-  config = universal.get_config()
+  config = tiny_training.shrink(universal.get_config(), tfds_dir, max_len=16)
   config.data.manual_dir = str(manual_dir)
-  config.data.tfds_data_dir = str(tfds_dir)
   config.data.nli_sources = (str(nli_dir),)
   config.data.validation_fraction = 0.25
   config.data.ppdb_pack = str(pack)
   config.data.max_pairs_per_class = 0
-  config.data.max_len = 16
-  config.model.pretrained = ""
-  config.model.bert = ml_collections.ConfigDict(dict(
-      hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64))
-  config.optim.learning_rate = 1e-3
-  config.optim.warmup_steps = 2
-  config.train.global_batch_size = 8
-  config.train.num_steps = 6
-  config.train.log_every_steps = 2
-  config.train.checkpoint_every_steps = 3
   config.evals.validation.every_steps = 3
   config.evals.validation.max_pairs = 10  # Of 16 NLI and 11 phrase validation pairs.
   config.baselines = {name: config.baselines[name] for name in ("universal_nli", "pretrained")}
-  config.eval.batch_size = 8
   return config
 
 
@@ -111,17 +100,7 @@ def write_faq(directory: pathlib.Path) -> pathlib.Path:
 
 def tiny_faq_config(faq_dir: pathlib.Path, tfds_dir: pathlib.Path) -> ml_collections.ConfigDict:
   """FAQ fine-tuning of a small, freshly initialised BERT: one seed, beside the zero-shot encoder."""
-  config = universal.get_config(f"faq,{faq_dir}")
-  config.data.tfds_data_dir = str(tfds_dir)
-  config.data.max_len = 16
-  config.model.pretrained = ""
-  config.model.bert = ml_collections.ConfigDict(dict(
-      hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64))
-  config.optim.learning_rate = 1e-3
-  config.optim.warmup_steps = 2
-  config.train.global_batch_size = 8
-  config.train.num_steps = 4
-  config.train.checkpoint_every_steps = 2
-  config.eval.batch_size = 8
+  config = tiny_training.shrink(universal.get_config(f"faq,{faq_dir}"), tfds_dir, max_len=16, num_steps=4,
+                                checkpoint_every_steps=2)
   config.baselines = {"faq_zero_shot": config.baselines.faq_zero_shot}
   return config

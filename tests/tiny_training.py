@@ -1,0 +1,24 @@
+"""What every end-to-end test config shares: a small, freshly initialised BERT and a short, fast schedule."""
+import pathlib
+
+import ml_collections
+
+
+def shrink(config: ml_collections.ConfigDict, tfds_dir: pathlib.Path, *, max_len: int, global_batch_size: int = 8,
+           num_steps: int = 6, log_every_steps: int = 2, checkpoint_every_steps: int = 3,
+           eval_batch_size: int = 8) -> ml_collections.ConfigDict:
+  """`config` with a 2-layer BERT of width 32 (the MiniLM tokenizer's vocabulary), learning rate 1e-3 after 2
+  warm-up steps, the given lengths, batch sizes and steps, and its TFDS data under `tfds_dir`."""
+  config.data.tfds_data_dir = str(tfds_dir)
+  config.data.max_len = max_len
+  config.model.pretrained = ""
+  config.model.bert = ml_collections.ConfigDict(dict(
+      hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64))
+  config.optim.learning_rate = 1e-3
+  config.optim.warmup_steps = 2
+  config.train.global_batch_size = global_batch_size
+  config.train.num_steps = num_steps
+  config.train.log_every_steps = log_every_steps
+  config.train.checkpoint_every_steps = checkpoint_every_steps
+  config.eval.batch_size = eval_batch_size
+  return config
