@@ -1,5 +1,6 @@
 """Configs and the objective registry fail clearly on names that do not exist."""
 import re
+
 import pytest
 
 from configs import blp
