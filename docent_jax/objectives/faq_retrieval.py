@@ -73,9 +73,12 @@ class FaqRetrievalObjective(base.Objective):
     return bert.mean_pooled(self.encoder, params["bert"], tokens, pad_token_id=self.tokenizer.pad_token_id,
                             deterministic=deterministic, rng=rng)
 
-  def vectors(self, params: Any, tokens: np.ndarray) -> np.ndarray:
-    return parallel.map_batches(self.encode, params, tokens, batch_size=self.config.eval.batch_size,
-                                mesh=self.mesh, what="texts")
+  def vectors(self, params: Any, tokens: np.ndarray, encoder: bert.BertModel | None = None) -> np.ndarray:
+    """[N, d] vectors of token ids [N, L] by this run's encoder (or `encoder`), batched over the mesh."""
+    encoder = encoder or self.encoder
+    encode = lambda p, x: bert.mean_pooled(encoder, p["bert"], x, pad_token_id=self.tokenizer.pad_token_id)
+    return parallel.map_batches(encode, params, tokens, batch_size=self.config.eval.batch_size, mesh=self.mesh,
+                                what="texts")
 
   def negatives(self) -> np.ndarray:
     """int [train queries, num_negatives] the FAQ items each training query is contrasted with."""
@@ -88,10 +91,7 @@ class FaqRetrievalObjective(base.Objective):
         shipped_config, shipped = pretrained.load_or_create_bert(self.config.model.pretrained or "minilm-l6", {},
                                                                  len(self.tokenizer))
         shipped_encoder = bert.BertModel(shipped_config, add_pooler=False)
-        encode = lambda params, tokens: bert.mean_pooled(shipped_encoder, params, tokens,
-                                                         pad_token_id=self.tokenizer.pad_token_id)
-        vectors = lambda tokens: parallel.map_batches(encode, shipped, tokens, batch_size=self.config.eval.batch_size,
-                                                      mesh=self.mesh, what="texts")
+        vectors = lambda tokens: self.vectors({"bert": shipped}, tokens, shipped_encoder)
         scores = faq_retrieval.cosine_scores(vectors(self.query_tokens["train"]), vectors(self.question_tokens))
         self._negatives = faq_retrieval.hard_negatives(scores, relevant, k)
         logging.info("%s: %d retrieved negatives for each of %d training queries.", self.faq.name, k, len(relevant))
