@@ -5,7 +5,8 @@ main model, each of `config.baselines` (the same config with a few values change
 fine-tuning stage of `config.finetune`, which starts from the params of the model it fine-tunes
 (`model_init`). During training the evaluators of `config.evals` with `every_steps` report to
 TensorBoard and keep the best params (`eval.best_metric`); at the end every evaluator runs on the
-reported params (the best, else the last) and `WORKDIR/results.json` gets `<model>/<split>/<metric>`.
+reported params (the best, else the last) and `WORKDIR/results.json` gets `<model>/<split>/<metric>`,
+and for a model with baselines `<model>_seed<N>` the mean and standard deviation as `<model>@seeds/...`.
 """
 import json
 import time
@@ -27,6 +28,7 @@ from docent_jax import evaluators
 from docent_jax import objectives
 from docent_jax import optim
 from docent_jax import parallel
+from docent_jax.evaluation import seeds
 
 RESULTS_FILE = "results.json"
 
@@ -359,6 +361,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, train
     run_results = trainer.report(params, computed)
     logging.info("%s: done in %s.", run_config.name, _duration(time.time() - started))
     results.update(run_results)
+    results.update(seeds.summarize(results))
     write_results(workdir, results)
   return results
 

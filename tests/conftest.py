@@ -3,8 +3,11 @@ from collections.abc import Iterator
 import os
 import pathlib
 
+import tiny_training
+
 # Must happen before jax is imported anywhere.
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8",
+                                    tiny_training.FAST_COMPILE_XLA_FLAG]).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from etils import epath
@@ -12,6 +15,7 @@ from etils.epath import gpath
 import fsspec
 import pytest
 
+from docent_jax import train
 import gcs_server
 import review_fixtures
 
@@ -36,6 +40,13 @@ def reviews_dir(tmp_path_factory) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def reviews_tfds_dir(tmp_path_factory) -> pathlib.Path:
   return tmp_path_factory.mktemp("reviews_tfds")
+
+
+@pytest.fixture(scope="session")
+def docent_dual_run(reviews_dir, reviews_tfds_dir, tmp_path_factory) -> tuple[pathlib.Path, dict[str, float]]:
+  """The tiny DOCENT-DUAL config trained and evaluated once: (its workdir, its results)."""
+  workdir = tmp_path_factory.mktemp("docent_dual_run")
+  return workdir, train.train_and_evaluate(review_fixtures.tiny_config(reviews_dir, reviews_tfds_dir), workdir)
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ from docent_jax import train
 from docent_jax.data.reviews import corpus as review_corpus
 from review_fixtures import tiny_config
 
-def test_dual_trains_and_writes_search_and_tag_metrics_beside_baselines(reviews_dir, reviews_tfds_dir, tmp_path):
-  results = train.train_and_evaluate(tiny_config(reviews_dir, reviews_tfds_dir), tmp_path)
-  assert json.loads((tmp_path / "results.json").read_text()) == results
+def test_dual_trains_and_writes_search_and_tag_metrics_beside_baselines(docent_dual_run):
+  workdir, results = docent_dual_run
+  assert json.loads((workdir / "results.json").read_text()) == results
   for model in ("docent_dual", "bm25", "bos"):
     for split in ("test", "all"):
       assert 0.0 < results[f"{model}/{split}/search_mrr"] <= 1.0
@@ -35,9 +35,9 @@ def test_dual_trains_and_writes_search_and_tag_metrics_beside_baselines(reviews_
   assert not any("genres" in key for key in results)  # The tiny corpus has no genres: that run is skipped.
   # Each tag-prediction task is a fine-tuning run of its own, from the trained model's params.
   for run in ("docent_dual_tags", "docent_dual_tags_open"):
-    assert (tmp_path / run / "checkpoints" / "8").is_dir(), run
-    assert list((tmp_path / run).glob("events.out.tfevents.*")), run
-  assert not (tmp_path / "docent_dual_genres" / "checkpoints").exists()
+    assert (workdir / run / "checkpoints" / "8").is_dir(), run
+    assert list((workdir / run).glob("events.out.tfevents.*")), run
+  assert not (workdir / "docent_dual_genres" / "checkpoints").exists()
 
 
 def test_full_softmax_on_a_mesh_matches_one_device(reviews_dir, reviews_tfds_dir):
@@ -81,6 +81,7 @@ def test_a_corpus_without_usable_tags_trains_and_reports_the_rest(reviews_dir, r
     lines = (reviews_dir / "tags.tsv").read_text().splitlines()
     (data / "tags.tsv").write_text("".join(f"{line}\n" for line in lines if line.split("\t")[0] not in held_out))
   config = tiny_config(data, reviews_tfds_dir)
+  config.baselines = {}  # The baselines read the same tags as the model's own tag runs.
   results = train.train_and_evaluate(config, tmp_path / "run")
   assert (tmp_path / "run" / "docent_dual" / "checkpoints" / "6").is_dir()
   assert not [key for key in results if "/test/search" in key]

@@ -33,6 +33,11 @@ def one_device(reviews_dir, reviews_tfds_dir):
   return trainer_and_batch(hybrid_config(reviews_dir, reviews_tfds_dir, mesh_shape=(1, 1)))
 
 
+@pytest.fixture(scope="module")
+def eight_devices(reviews_dir, reviews_tfds_dir):
+  return trainer_and_batch(hybrid_config(reviews_dir, reviews_tfds_dir, mesh_shape=(2, 4)))
+
+
 def test_hybrid_trains_and_writes_search_metrics_beside_bm25(reviews_dir, reviews_tfds_dir, tmp_path):
   results = train.train_and_evaluate(hybrid_config(reviews_dir, reviews_tfds_dir), tmp_path)
   assert json.loads((tmp_path / "results.json").read_text()) == results
@@ -91,7 +96,8 @@ def test_masked_positions_are_never_special_tokens_or_padding(one_device):
 
 
 @pytest.mark.parametrize("negatives", ["in_batch", "full"])
-def test_loss_and_grads_on_a_mesh_match_one_device(reviews_dir, reviews_tfds_dir, one_device, negatives):
+def test_loss_and_grads_on_a_mesh_match_one_device(reviews_dir, reviews_tfds_dir, one_device, eight_devices,
+                                                   negatives):
   def loss_and_grads(trainer, state, batch):
     config = hybrid_config(reviews_dir, reviews_tfds_dir, negatives)
     objective = docent_hybrid.DocentHybridObjective(config, trainer.mesh)
@@ -100,7 +106,7 @@ def test_loss_and_grads_on_a_mesh_match_one_device(reviews_dir, reviews_tfds_dir
     return float(loss), float(metrics["mlm_loss"]), jax.device_get(grads)
 
   loss_1, mlm_1, grads_1 = loss_and_grads(*one_device)
-  loss_8, mlm_8, grads_8 = loss_and_grads(*trainer_and_batch(hybrid_config(reviews_dir, reviews_tfds_dir, negatives, (2, 4))))
+  loss_8, mlm_8, grads_8 = loss_and_grads(*eight_devices)
   assert loss_8 == pytest.approx(loss_1, rel=1e-5)
   assert mlm_8 == pytest.approx(mlm_1, rel=1e-5)
   flat_1 = dict(jax.tree_util.tree_flatten_with_path(grads_1)[0])

@@ -130,21 +130,3 @@ def test_random_negatives_are_reproducible_for_a_seed():
   assert not np.array_equal(first, other)
   with pytest.raises(ValueError, match=r"Need 1 <= k <= 9"):
     faq_retrieval.random_negatives(10, relevant, 10, np.random.default_rng(5))
-
-
-def test_mean_and_std_over_seeds():
-  seeds = [{"top1": 0.5, "mrr": 0.6}, {"top1": 0.7, "mrr": 0.65}, {"mrr": 0.9, "top1": 0.4}]
-  top1, mrr = np.array([0.5, 0.7, 0.4]), np.array([0.6, 0.65, 0.9])
-  assert faq_retrieval.mean_and_std(seeds) == pytest.approx({
-      "top1": top1.mean(), "top1_std": top1.std(ddof=1), "mrr": mrr.mean(), "mrr_std": mrr.std(ddof=1)})
-  assert faq_retrieval.mean_and_std(seeds[:1]) == {"top1": 0.5, "top1_std": 0.0, "mrr": 0.6, "mrr_std": 0.0}
-
-
-@pytest.mark.parametrize("seeds, message", [
-    ([], "at least one seed"),
-    ([{"top1": 0.5, "mrr": 0.6}, {"top1": 0.5}], "Seed 1 has keys"),
-    ([{"mrr": 0.5, "mrr_std": 0.1}], "would clash"),
-])
-def test_mean_and_std_rejects_bad_input(seeds, message):
-  with pytest.raises(ValueError, match=message):
-    faq_retrieval.mean_and_std(seeds)

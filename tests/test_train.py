@@ -19,8 +19,8 @@ from docent_jax import checkpoints
 from docent_jax import evaluators
 from docent_jax import parallel
 from docent_jax import train
-from docent_jax.evaluation import link_prediction
 import kg_fixtures
+import tiny_training
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -226,7 +226,7 @@ def _main_command(kg_dir, tfds_dir, workdir, *extra):
 
 def _env(num_devices: int) -> dict:
   env = dict(os.environ)
-  env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices}"
+  env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices} {tiny_training.FAST_COMPILE_XLA_FLAG}"
   env["JAX_PLATFORMS"] = "cpu"
   return env
 

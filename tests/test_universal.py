@@ -1,4 +1,5 @@
 """Siamese multi-task training (universal representations): task mixing, sharding invariance, an end-to-end run."""
+import json
 import pathlib
 
 import jax
@@ -137,3 +138,9 @@ def test_faq_fine_tuning_reports_every_model_and_the_lexical_baselines(faq_confi
       assert 0.0 <= results[f"{model}/test/{metric}"] <= 1.0, (model, metric)
   # Each query shares its item's topic word: the lexical baselines find it.
   assert results["bm25/test/top1"] == 1.0 and results["tfidf/test/top1"] == 1.0
+  for metric in ("top1", "mrr"):
+    per_seed = [results[f"{model}/test/{metric}"] for model in ("faq_retrieved", "faq_retrieved_seed1")]
+    assert results[f"faq_retrieved@seeds/test/{metric}"] == pytest.approx(np.mean(per_seed))
+    assert results[f"faq_retrieved@seeds/test/{metric}_std"] == pytest.approx(np.std(per_seed, ddof=1))
+  assert results["faq_retrieved@seeds/test/num_seeds"] == 2
+  assert json.loads((tmp_path / "results.json").read_text()) == results

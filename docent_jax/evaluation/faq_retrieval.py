@@ -12,10 +12,8 @@ baselines TF-IDF (cosine of scikit-learn TF-IDF vectors) and BM25 (`bm25`), both
 `bm25.word_tokenize`, with statistics from the documents (the FAQ questions) only.
 
 Negatives for fine-tuning: `hard_negatives` are the top-scored wrong items of a scorer (Li & Zhao take
-the top 4 of the pretrained encoder), `random_negatives` are drawn uniformly. `mean_and_std` aggregates
-the metrics of several seeds.
+the top 4 of the pretrained encoder), `random_negatives` are drawn uniformly.
 """
-from collections.abc import Mapping
 from collections.abc import Sequence
 
 import numpy as np
@@ -119,30 +117,3 @@ def random_negatives(num_items: int, relevant: np.ndarray, k: int, rng: np.rando
   # item skipped.
   draws = np.argsort(rng.random((len(relevant), num_items - 1)), axis=1)[:, :k]
   return draws + (draws >= relevant[:, None])
-
-
-def mean_and_std(values_per_seed: Sequence[Mapping[str, float]]) -> dict[str, float]:
-  """'<key>' the mean and '<key>_std' the sample standard deviation (ddof=1) of each key over seeds.
-
-  With a single seed the standard deviation is reported as 0.0 (it is undefined for ddof=1).
-
-  Raises:
-    ValueError: no seed, seeds with different keys, or an input key that is another key's '_std'.
-  """
-  if not values_per_seed:
-    raise ValueError("Need the results of at least one seed.")
-  keys = list(values_per_seed[0])
-  for seed, values in enumerate(values_per_seed):
-    if set(values) != set(keys):
-      raise ValueError(f"Seed {seed} has keys {sorted(values)}; seed 0 has {sorted(keys)}.")
-  clashes = sorted(key for key in keys if f"{key}_std" in keys)
-  if clashes:
-    raise ValueError(f"Keys {[f'{key}_std' for key in clashes]} would clash with the standard deviations.")
-  table = np.array([[values[key] for key in keys] for values in values_per_seed], np.float64)  # [seeds, keys]
-  means = table.mean(axis=0)
-  stds = table.std(axis=0, ddof=1) if len(table) > 1 else np.zeros(len(keys))
-  result = {}
-  for key, mean, std in zip(keys, means, stds):
-    result[key] = float(mean)
-    result[f"{key}_std"] = float(std)
-  return result
