@@ -361,7 +361,10 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, train
     run_results = trainer.report(params, computed)
     logging.info("%s: done in %s.", run_config.name, _duration(time.time() - started))
     results.update(run_results)
-    results.update(seeds.summarize(results))
+    write_results(workdir, results)
+  summary = seeds.summarize(results)
+  if summary:
+    results.update(summary)
     write_results(workdir, results)
   return results
 
