@@ -7,7 +7,7 @@ import tiny_training
 
 # Must happen before jax is imported anywhere.
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8",
-                                    tiny_training.FAST_COMPILE_XLA_FLAG]).strip()
+                                    tiny_training.FAST_COMPILE_XLA_FLAGS]).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from etils import epath

@@ -226,7 +226,7 @@ def _main_command(kg_dir, tfds_dir, workdir, *extra):
 
 def _env(num_devices: int) -> dict:
   env = dict(os.environ)
-  env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices} {tiny_training.FAST_COMPILE_XLA_FLAG}"
+  env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices} {tiny_training.FAST_COMPILE_XLA_FLAGS}"
   env["JAX_PLATFORMS"] = "cpu"
   return env
 

@@ -3,9 +3,10 @@ import pathlib
 
 import ml_collections
 
-# The tests' models are tiny, so compiling dominates their time: XLA's backend optimisation level 0 compiles
-# a train step about twice as fast (the code it makes runs slower, which tiny models do not notice).
-FAST_COMPILE_XLA_FLAG = "--xla_backend_optimization_level=0"
+# The tests' models are tiny, so compiling dominates their time. XLA's backend optimisation level 0 and its
+# older loop emitters for fusions compile a train step on 8 devices in 2.5 s instead of 12.5 s (the code they
+# make runs slower, which tiny models do not notice).
+FAST_COMPILE_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 
 
 def shrink(config: ml_collections.ConfigDict, tfds_dir: pathlib.Path, *, max_len: int, global_batch_size: int = 8,
