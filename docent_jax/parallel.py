@@ -5,9 +5,11 @@ Sharding is declared once: parameters carry logical axis names (see `models/`), 
 batches, which are always split over the data axis.
 """
 from collections.abc import Callable, Sequence
+import inspect
 import math
 import time
 from typing import Any
+import weakref
 
 from absl import logging
 import flax.linen as nn
@@ -20,6 +22,9 @@ DATA_AXIS = "data"
 MODEL_AXIS = "model"
 # A `map_batches` call longer than this logs its progress this often.
 _PROGRESS_SECONDS = 30.0
+# Per object, the jitted forms of its methods that `map_batches` applied, held weakly: jax.jit keeps its
+# compilations per function object, and every `obj.method` access makes a new bound method.
+_jitted_methods: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 # Logical axis name -> mesh axes. Tables of entities and relations are split along their rows over
 # every device; BERT's feed-forward and attention projections are split over the model axis
@@ -133,25 +138,42 @@ def initialize_distributed(coordinator_address: str | None, num_processes: int |
 
 
 
-def map_batches(fn: Callable[[Any, jax.Array], jax.Array], params: Any, inputs: np.ndarray, *, batch_size: int,
-                mesh: Mesh, what: str = "rows") -> np.ndarray:
-  """`fn(params, batch)` over `inputs` in fixed-size batches split over the data axis; results on host.
+def map_batches(fn: Callable[[Any, jax.Array], Any], params: Any, inputs: np.ndarray, *, batch_size: int,
+                mesh: Mesh, what: str = "rows") -> Any:
+  """`fn(params, batch)` over `inputs` in fixed-size batches split over the data axis; results (an array or a
+  pytree of arrays) on host.
 
   The last batch is padded (one compilation for all) and the padding's outputs are dropped. Every
-  process passes the whole of `inputs` and gets the whole result. A long run logs its progress
-  every `_PROGRESS_SECONDS`, counting `what`.
+  process passes the whole of `inputs` and gets the whole result. Compilations are kept per function:
+  a method of one object, or one function object, compiles once per shape however often it is mapped
+  (a new lambda per call compiles again). A long run logs its progress every `_PROGRESS_SECONDS`,
+  counting `what`.
   """
   padded, num_rows = pad_to_multiple(np.asarray(inputs), batch_size)
   sharding = batch_sharding(mesh)
-  apply = jax.jit(fn, out_shardings=replicated(mesh))
+  apply = _jit_replicated(fn, mesh)
   outputs = []
   started = reported = time.time()
   for start in range(0, len(padded), batch_size):
     chunk = padded[start:start + batch_size]
     global_chunk = jax.make_array_from_callback(chunk.shape, sharding, lambda index, c=chunk: c[index])
-    outputs.append(np.asarray(apply(params, global_chunk)))
+    outputs.append(jax.tree.map(np.asarray, apply(params, global_chunk)))
     if time.time() - reported > _PROGRESS_SECONDS:
       reported = time.time()
       done = min(start + batch_size, num_rows)
       logging.info("%d / %d %s (%.0f / s).", done, num_rows, what, done / (reported - started))
-  return np.concatenate(outputs)[:num_rows]
+  return jax.tree.map(lambda *parts: np.concatenate(parts)[:num_rows], *outputs)
+
+
+def _jit_replicated(fn: Callable, mesh: Mesh) -> Callable:
+  """jax.jit of `fn` with replicated outputs, made once per function (per object and function for a method)."""
+  if not inspect.ismethod(fn):
+    return jax.jit(fn, out_shardings=replicated(mesh))  # jax.jit's own cache is keyed by the function object.
+  methods = _jitted_methods.setdefault(fn.__self__, {})
+  key = (fn.__func__, mesh)
+  if key not in methods:
+    method = weakref.WeakMethod(fn)  # A strong one would keep the object alive through its own entry.
+    apply = lambda *args: method()(*args)
+    apply.__name__ = apply.__qualname__ = fn.__name__  # Compilation logs name the method.
+    methods[key] = jax.jit(apply, out_shardings=replicated(mesh))
+  return methods[key]

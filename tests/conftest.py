@@ -20,6 +20,24 @@ import gcs_server
 import review_fixtures
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+# `make test` runs the modules on pytest-xdist workers (--dist loadgroup), one group of tests at a time per
+# worker, in collection order. The modules that train whole configs go first, slowest first, so that the
+# workers finish together; the DOCENT-FULL module joins DOCENT-DUAL's group, whose worker trains the
+# `docent_dual_run` fixture once for both.
+SLOWEST_MODULES_FIRST = ("test_train", "test_docent_dual", "test_supcon", "test_universal", "test_docent_hybrid")
+MODULE_GROUPS = {"test_docent_full": "test_docent_dual"}
+
+
+@pytest.hookimpl(tryfirst=True)  # Before pytest-xdist reads the groups.
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+  def group(item: pytest.Item) -> str:
+    module = item.module.__name__
+    return MODULE_GROUPS.get(module, module)
+
+  for item in items:
+    item.add_marker(pytest.mark.xdist_group(group(item)))
+  rank = {name: i for i, name in enumerate(SLOWEST_MODULES_FIRST)}
+  items.sort(key=lambda item: rank.get(group(item), len(rank)))  # Stable: each module keeps its order.
 
 
 @pytest.fixture(scope="session")

@@ -1,3 +1,6 @@
+import gc
+import weakref
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -53,3 +56,32 @@ def test_global_batch_splits_over_data_axis_and_pads():
   np.testing.assert_array_equal(np.asarray(batch["x"]), np.arange(8))
   padded, n = parallel.pad_to_multiple(np.ones((5, 2)), 4)
   assert padded.shape == (8, 2) and n == 5 and padded[5:].sum() == 0
+
+
+class _Scaler:
+  """Counts its traces: each is a compilation."""
+
+  def __init__(self):
+    self.traces = 0
+
+  def scale(self, params, x):
+    self.traces += 1
+    return {"scaled": x * params["factor"], "sum": x.sum(axis=1)}
+
+
+def test_map_batches_compiles_a_method_once_and_does_not_keep_its_object():
+  mesh = _mesh((4, 2))
+  scaler = _Scaler()
+  inputs = np.arange(30, dtype=np.float32).reshape(10, 3)
+  for factor in (2.0, 3.0):  # Two evaluations: new params, the same method.
+    out = parallel.map_batches(scaler.scale, {"factor": jnp.float32(factor)}, inputs, batch_size=8, mesh=mesh)
+    np.testing.assert_allclose(out["scaled"], inputs * factor)
+    np.testing.assert_allclose(out["sum"], inputs.sum(axis=1))
+  assert scaler.traces == 1
+  other = _Scaler()  # Another object compiles its own.
+  parallel.map_batches(other.scale, {"factor": jnp.float32(1.0)}, inputs, batch_size=8, mesh=mesh)
+  assert other.traces == 1
+  collected = weakref.ref(scaler)
+  del scaler
+  gc.collect()
+  assert collected() is None

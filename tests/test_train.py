@@ -215,8 +215,7 @@ def _main_command(kg_dir, tfds_dir, workdir, *extra):
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   overrides = [f"--config.{k}={v}" for k, v in {
       "data.tfds_data_dir": tfds_dir, "data.max_len": config.data.max_len, "model.pretrained": "",
-      "model.bert.hidden_size": 32, "model.bert.num_hidden_layers": 2, "model.bert.num_attention_heads": 4,
-      "model.bert.intermediate_size": 64, "model.dim": 16, "loss.num_negatives": 8,
+      **{f"model.bert.{k}": v for k, v in config.model.bert.items()}, "model.dim": 16, "loss.num_negatives": 8,
       "optim.learning_rate": 1e-3, "optim.warmup_steps": 2, "train.global_batch_size": 8,
       "train.num_steps": 6, "train.checkpoint_every_steps": 2, "eval.batch_size": 16,
       "eval.link_prediction_batch_size": 16}.items()]

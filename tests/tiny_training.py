@@ -12,13 +12,13 @@ FAST_COMPILE_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusio
 def shrink(config: ml_collections.ConfigDict, tfds_dir: pathlib.Path, *, max_len: int, global_batch_size: int = 8,
            num_steps: int = 6, log_every_steps: int = 2, checkpoint_every_steps: int = 3,
            eval_batch_size: int = 8) -> ml_collections.ConfigDict:
-  """`config` with a 2-layer BERT of width 32 (the MiniLM tokenizer's vocabulary), learning rate 1e-3 after 2
+  """`config` with a 1-layer BERT of width 32 (the MiniLM tokenizer's vocabulary), learning rate 1e-3 after 2
   warm-up steps, the given lengths, batch sizes and steps, and its TFDS data under `tfds_dir`."""
   config.data.tfds_data_dir = str(tfds_dir)
   config.data.max_len = max_len
   config.model.pretrained = ""
   config.model.bert = ml_collections.ConfigDict(dict(
-      hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64))
+      hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64))
   config.optim.learning_rate = 1e-3
   config.optim.warmup_steps = 2
   config.train.global_batch_size = global_batch_size

@@ -98,13 +98,17 @@ class PairClassifierScorer(tag_finetuning.TagScorer):
     tag_tokens = np.pad(tag_tokens, ((0, 0), (0, round_up(width) - width)), constant_values=self.pad_id)
     lengths = round_up((tag_tokens != self.pad_id).sum(axis=1))
     scores = np.empty((len(item_vectors), len(tag_tokens)), np.float32)
-    score = lambda c, batch: self.logits(c["params"], c["rows"][batch[:, 0]], c["tags"][batch[:, 1]])
     for length in np.unique(lengths):
       tags = np.flatnonzero(lengths == length)
       # Row-major (item, tag) index pairs; rows and tags travel once, replicated, beside the params.
       pairs = np.stack(np.divmod(np.arange(len(item_vectors) * len(tags), dtype=np.int32), len(tags)), axis=1)
       constants = jax.device_put({"params": params, "rows": item_vectors, "tags": tag_tokens[tags, :length]},
                                  parallel.replicated(self.mesh))
-      logits = parallel.map_batches(score, constants, pairs, batch_size=self.batch_size, mesh=self.mesh)
+      logits = parallel.map_batches(self._pair_logits, constants, pairs, batch_size=self.batch_size,
+                                    mesh=self.mesh)
       scores[:, tags] = logits.reshape(len(item_vectors), len(tags))
     return scores
+
+  def _pair_logits(self, constants: dict[str, Any], pairs: jax.Array) -> jax.Array:
+    """Logits of (item row, tag) index pairs [n, 2] into `constants`' rows and tags."""
+    return self.logits(constants["params"], constants["rows"][pairs[:, 0]], constants["tags"][pairs[:, 1]])

@@ -17,8 +17,9 @@ pair classifier is in `tag_classifier`); the fine-tuning itself is a trainer run
 Metrics come from `tag_prediction.evaluate_tag_predictions`.
 """
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import dataclasses
+import functools
 from typing import Any
 
 from absl import logging
@@ -84,8 +85,13 @@ def encode_texts(encoder: bert.BertModel, params: Any, tokens: np.ndarray, pooli
                  mesh: Mesh) -> np.ndarray:
   """Normalised pooled vectors of token rows, batched over the mesh's data axis."""
   params = jax.device_put(params, parallel.replicated(mesh))
-  fn = lambda p, t: entity_table.l2_normalize(pool(encoder, p, t, pooling))
-  return parallel.map_batches(fn, params, tokens, batch_size=batch_size, mesh=mesh)
+  return parallel.map_batches(_normalized_pool(encoder, pooling), params, tokens, batch_size=batch_size, mesh=mesh)
+
+
+@functools.cache
+def _normalized_pool(encoder: bert.BertModel, pooling: str) -> Callable[[Any, jax.Array], jax.Array]:
+  """One function per (encoder, pooling), so that every encoding with them reuses its compilation."""
+  return lambda params, tokens: entity_table.l2_normalize(pool(encoder, params, tokens, pooling))
 
 
 def label_tokens(tokenizer: Any, texts: Sequence[str], max_len: int) -> np.ndarray:

@@ -119,11 +119,13 @@ class BlpObjective(base.Objective):
   def entity_embeddings(self, params: Any) -> np.ndarray:
     """Every entity's vector, computed once per params in batches split over the data axis."""
     if self._embeddings is None or self._embeddings[0] is not params:
-      encode = lambda p, tokens: self.model.apply({"params": p}, tokens, method=BlpModel.encode)
-      self._embeddings = (params, parallel.map_batches(encode, params, self.entity_tokens,
+      self._embeddings = (params, parallel.map_batches(self._encode_entities, params, self.entity_tokens,
                                                        batch_size=self.config.eval.batch_size, mesh=self.mesh,
                                                        what="entities"))
     return self._embeddings[1]
+
+  def _encode_entities(self, params: Any, tokens: jax.Array) -> jax.Array:
+    return self.model.apply({"params": params}, tokens, method=BlpModel.encode)
 
   def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:
     return self.graph.entity_ids, self.entity_embeddings(params)

@@ -203,8 +203,11 @@ class DocentDualObjective(ReviewBaselines, base.Objective):
   def encode_texts(self, params: Any, texts: list[str]) -> np.ndarray:
     """Normalised [CLS] vectors of texts, batched over the data axis."""
     tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
-    encode = lambda p, t: self.model.apply({"params": p}, t, method=dual_encoder.DualEncoder.encode_sentences)
-    return parallel.map_batches(encode, params, tokens, batch_size=self.config.eval.batch_size, mesh=self.mesh)
+    return parallel.map_batches(self._encode_sentences, params, tokens, batch_size=self.config.eval.batch_size,
+                                mesh=self.mesh)
+
+  def _encode_sentences(self, params: Any, tokens: jax.Array) -> jax.Array:
+    return self.model.apply({"params": params}, tokens, method=dual_encoder.DualEncoder.encode_sentences)
 
   def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:
     table = self.model.apply({"params": params}, method=dual_encoder.DualEncoder.entity_table)

@@ -181,19 +181,18 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
   def entity_scores(self, params: Any, texts: list[str]) -> np.ndarray:
     """Logits over all entity rows at the masked entity position of `[CLS] [MASK] [SEP] text [SEP]`: [T, N]."""
     sentence_tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
-
-    def score(p, sentences):
-      tokens, token_types = self.layout(sentences)
-      batch = len(tokens)
-      hidden = self.model.apply(
-          {"params": p}, tokens, token_types, (tokens != self.special_ids["pad"]).astype(jnp.int32),
-          jnp.zeros((batch,), jnp.int32), jnp.zeros((batch,), bool),
-          jnp.full((batch, 1), docent_full.ENTITY_POSITION, jnp.int32))
-      _, _, table = self.model.apply({"params": p}, method=docent_full.DocentFull.output_tables)
-      return jnp.einsum("bd,nd->bn", hidden[:, 0], table, preferred_element_type=jnp.float32)
-
-    return parallel.map_batches(score, params, sentence_tokens, batch_size=self.config.eval.batch_size,
+    return parallel.map_batches(self._entity_logits, params, sentence_tokens, batch_size=self.config.eval.batch_size,
                                 mesh=self.mesh)
+
+  def _entity_logits(self, params: Any, sentences: jax.Array) -> jax.Array:
+    tokens, token_types = self.layout(sentences)
+    batch = len(tokens)
+    hidden = self.model.apply(
+        {"params": params}, tokens, token_types, (tokens != self.special_ids["pad"]).astype(jnp.int32),
+        jnp.zeros((batch,), jnp.int32), jnp.zeros((batch,), bool),
+        jnp.full((batch, 1), docent_full.ENTITY_POSITION, jnp.int32))
+    _, _, table = self.model.apply({"params": params}, method=docent_full.DocentFull.output_tables)
+    return jnp.einsum("bd,nd->bn", hidden[:, 0], table, preferred_element_type=jnp.float32)
 
   def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:
     _, _, table = self.model.apply({"params": params}, method=docent_full.DocentFull.output_tables)

@@ -11,6 +11,7 @@ paper's multi-task-then-FAQ recipe).
 The `faq_retrieval` evaluator ranks every FAQ question for each query of a split: `<split>/top1` and
 `<split>/mrr`, by the encoder, or by the lexical baselines (`scorer='tfidf'` or `'bm25'`).
 """
+from collections.abc import Callable
 from typing import Any
 
 from absl import logging
@@ -73,12 +74,11 @@ class FaqRetrievalObjective(base.Objective):
     return bert.mean_pooled(self.encoder, params["bert"], tokens, pad_token_id=self.tokenizer.pad_token_id,
                             deterministic=deterministic, rng=rng)
 
-  def vectors(self, params: Any, tokens: np.ndarray, encoder: bert.BertModel | None = None) -> np.ndarray:
-    """[N, d] vectors of token ids [N, L] by this run's encoder (or `encoder`), batched over the mesh."""
-    encoder = encoder or self.encoder
-    encode = lambda p, x: bert.mean_pooled(encoder, p["bert"], x, pad_token_id=self.tokenizer.pad_token_id)
-    return parallel.map_batches(encode, params, tokens, batch_size=self.config.eval.batch_size, mesh=self.mesh,
-                                what="texts")
+  def vectors(self, params: Any, tokens: np.ndarray, encode: Callable[[Any, jax.Array], jax.Array] | None = None
+              ) -> np.ndarray:
+    """[N, d] vectors of token ids [N, L] by this run's `encode` (or another one), batched over the mesh."""
+    return parallel.map_batches(encode or self.encode, params, tokens, batch_size=self.config.eval.batch_size,
+                                mesh=self.mesh, what="texts")
 
   def negatives(self) -> np.ndarray:
     """int [train queries, num_negatives] the FAQ items each training query is contrasted with."""
@@ -91,7 +91,8 @@ class FaqRetrievalObjective(base.Objective):
         shipped_config, shipped = pretrained.load_or_create_bert(self.config.model.pretrained or "minilm-l6", {},
                                                                  len(self.tokenizer))
         shipped_encoder = bert.BertModel(shipped_config, add_pooler=False)
-        vectors = lambda tokens: self.vectors({"bert": shipped}, tokens, shipped_encoder)
+        encode = lambda p, x: bert.mean_pooled(shipped_encoder, p["bert"], x, pad_token_id=self.tokenizer.pad_token_id)
+        vectors = lambda tokens: self.vectors({"bert": shipped}, tokens, encode)
         scores = faq_retrieval.cosine_scores(vectors(self.query_tokens["train"]), vectors(self.question_tokens))
         self._negatives = faq_retrieval.hard_negatives(scores, relevant, k)
         logging.info("%s: %d retrieved negatives for each of %d training queries.", self.faq.name, k, len(relevant))

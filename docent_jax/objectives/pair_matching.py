@@ -93,9 +93,11 @@ class PairMatchingObjective(base.Objective):
 
   def logits(self, params: Any, split: str) -> np.ndarray:
     """[m] logits of the split's pairs."""
-    apply = lambda p, x: self.model.apply({"params": p}, x)
-    return parallel.map_batches(apply, params, self.inputs[split], batch_size=self.config.eval.batch_size,
+    return parallel.map_batches(self._logits, params, self.inputs[split], batch_size=self.config.eval.batch_size,
                                 mesh=self.mesh, what="pairs")
+
+  def _logits(self, params: Any, inputs: jax.Array) -> jax.Array:
+    return self.model.apply({"params": params}, inputs)
 
 
 class CrossEncoderObjective(PairMatchingObjective):

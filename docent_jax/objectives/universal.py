@@ -214,9 +214,8 @@ def evaluate_pair_tasks(objective: UniversalObjective, params: Any, split: str =
     if 0 < max_pairs < len(labels):
       rows = np.linspace(0, len(labels) - 1, max_pairs).round().astype(int)
       tokens, labels = tokens[rows], labels[rows]
-    logits = parallel.map_batches(lambda p, x, name=name: objective.task_logits(p, x)[name], params, tokens,
-                                  batch_size=objective.config.eval.batch_size, mesh=objective.mesh,
-                                  what=f"{name} pairs")
+    logits = parallel.map_batches(objective.task_logits, params, tokens, batch_size=objective.config.eval.batch_size,
+                                  mesh=objective.mesh, what=f"{name} pairs")[name]
     results[f"{split}/{name}_accuracy"] = float(np.mean(logits.argmax(-1) == labels))
   results[f"{split}/accuracy"] = float(np.mean(list(results.values())))
   return results
