@@ -20,9 +20,9 @@ $(VENV)/.installed: setup.py
 run: install
 	$(PY) -m docent_jax.main --config=configs/default.py --workdir=$(WORKDIR)
 
-# One worker per core; each takes whole modules (groups), the slowest first (tests/conftest.py).
+# One worker per core; each takes whole modules, the slowest first (tests/conftest.py).
 test: install
-	$(PY) -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder tests
+	$(PY) -m pytest -q -n auto --no-loadscope-reorder tests
 
 # Benchmarks compare against PyTorch, which is never a dependency of the package itself.
 bench: install

@@ -2,6 +2,7 @@
 from collections.abc import Iterator
 import os
 import pathlib
+from typing import Any
 
 import tiny_training
 
@@ -14,30 +15,40 @@ from etils import epath
 from etils.epath import gpath
 import fsspec
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from docent_jax import train
 import gcs_server
 import review_fixtures
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-# `make test` runs the modules on pytest-xdist workers (--dist loadgroup), one group of tests at a time per
-# worker, in collection order. The modules that train whole configs go first, slowest first, so that the
-# workers finish together; the DOCENT-FULL module joins DOCENT-DUAL's group, whose worker trains the
+# `make test` runs the suite on pytest-xdist workers, whole modules at a time (a module's fixtures are built
+# once), in collection order. The modules that train whole configs go first, slowest first, so that the
+# workers finish together; DOCENT-FULL's module goes with DOCENT-DUAL's, whose worker then trains the
 # `docent_dual_run` fixture once for both.
 SLOWEST_MODULES_FIRST = ("test_train", "test_docent_dual", "test_supcon", "test_universal", "test_docent_hybrid")
 MODULE_GROUPS = {"test_docent_full": "test_docent_dual"}
 
 
-@pytest.hookimpl(tryfirst=True)  # Before pytest-xdist reads the groups.
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-  def group(item: pytest.Item) -> str:
-    module = item.module.__name__
-    return MODULE_GROUPS.get(module, module)
+def _group(module_path: str) -> str:
+  module = pathlib.PurePath(module_path).stem
+  return MODULE_GROUPS.get(module, module)
 
-  for item in items:
-    item.add_marker(pytest.mark.xdist_group(group(item)))
+
+class ModuleGroupScheduling(LoadScopeScheduling):
+  """pytest-xdist's scheduling by scope, with `MODULE_GROUPS` as the scopes."""
+
+  def _split_scope(self, nodeid: str) -> str:
+    return _group(nodeid.split("::")[0])
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ModuleGroupScheduling:
+  return ModuleGroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
   rank = {name: i for i, name in enumerate(SLOWEST_MODULES_FIRST)}
-  items.sort(key=lambda item: rank.get(group(item), len(rank)))  # Stable: each module keeps its order.
+  items.sort(key=lambda item: rank.get(_group(item.nodeid.split("::")[0]), len(rank)))  # Stable: modules stay whole.
 
 
 @pytest.fixture(scope="session")

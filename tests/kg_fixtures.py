@@ -71,5 +71,4 @@ def tiny_config(kg_dir: pathlib.Path, tfds_dir: pathlib.Path) -> ml_collections.
   config.model.dim = 16
   config.loss.num_negatives = 8
   config.eval.link_prediction_batch_size = 16
-  config.mesh.shape = (-1, 1)
   return config

@@ -14,10 +14,10 @@ from docent_jax.objectives import docent_hybrid
 from review_fixtures import tiny_config
 
 
-def hybrid_config(reviews_dir, reviews_tfds_dir, negatives="in_batch", mesh_shape=(-1, 1)):
+def hybrid_config(reviews_dir, reviews_tfds_dir, negatives="in_batch", mesh_shape=None):
   config = tiny_config(reviews_dir, reviews_tfds_dir, negatives, variant="hybrid")
   config.loss.mlm_weight = 0.5
-  config.mesh.shape = mesh_shape
+  config.mesh.shape = mesh_shape or config.mesh.shape
   return config
 
 
