@@ -1,14 +1,18 @@
 """Supervised contrastive product matching (Peeters & Bizer, 2022): SupCon pre-training, then a pair classifier.
 
-get_config("DATASET"): abt_buy (default), wdc_computers_small, wdc_computers_medium, or a directory
-in the DeepMatcher layout (tableA.csv, tableB.csv, train.csv, valid.csv, test.csv). The main model
+get_config("DATASET[,paper]"): abt_buy (default), wdc_computers_small, wdc_computers_medium, or a directory
+in the DeepMatcher layout (tableA.csv, tableB.csv, train.csv, valid.csv, test.csv); `paper` selects the
+paper's own training setting (abt_buy; see `paper_setting`). The main model
 is SupCon with source-aware sampling; its pair classifier is reported with the encoder frozen
 (`supcon_frozen`: a logistic regression on the pre-trained offer vectors) and trained (`supcon_trained`:
 a fine-tuning run that starts from the pre-trained params). The baselines are self-supervised
 pre-training, mixed sampling and a cross-encoder without pre-training. Examples:
   --config=configs/supcon.py:abt_buy
   --config=configs/supcon.py:/data/my_deepmatcher_dataset
+  --config=configs/supcon.py:abt_buy,paper --config.model.pretrained=/models/roberta-base
 """
+import math
+
 import ml_collections
 
 from configs import common
@@ -19,6 +23,9 @@ DATASETS = {
     "wdc_computers_medium": "wdc_computers/medium",
 }
 FINETUNE_STEPS = 150
+# Abt-Buy's offers in training or validation pairs (pre-training's epoch) and its training pairs (fine-tuning's).
+ABT_BUY_PRETRAINING_OFFERS = 2_034
+ABT_BUY_TRAINING_PAIRS = 5_743
 
 
 def pair_classifier_training(num_steps) -> dict:
@@ -37,6 +44,9 @@ def pair_classifier_training(num_steps) -> dict:
 
 
 def get_config(arg: str = "abt_buy") -> ml_collections.ConfigDict:
+  arg, _, setting = arg.partition(",")
+  if setting not in ("", "paper"):
+    raise ValueError(f"configs/supcon.py:{arg},{setting}: unknown setting {setting!r}; valid: 'paper' or none.")
   config = ml_collections.ConfigDict()
   config.objective = "supcon"
   config.name = "supcon"
@@ -85,4 +95,30 @@ def get_config(arg: str = "abt_buy") -> ml_collections.ConfigDict:
   if arg.startswith("wdc_computers"):
     del baselines["supcon_mixed"]  # One source: mixed sampling draws the very batches of source-aware sampling.
   config.baselines = ml_collections.ConfigDict(baselines)
+  return paper_setting(config, arg) if setting else config
+
+
+def paper_setting(config: ml_collections.ConfigDict, dataset: str) -> ml_collections.ConfigDict:
+  """Peeters & Bizer's setting for Abt-Buy, from the paper and its released scripts: RoBERTa-base
+  (`model.pretrained`: its Hugging Face directory), offers of 128 tokens; pre-training on batches of 1024
+  offers (512 anchors and their partners) at 5e-5, temperature 0.07, 200 epochs, the `all` augmentation;
+  then the pair classifier trained end to end for 50 epochs of 64 pairs at 5e-5, both with AdamW (weight
+  decay 0.01), 5% warm-up and linear decay, and the epoch of the lowest validation loss reported. The
+  baselines are left out: each is a run of its own at this scale."""
+  if dataset != "abt_buy":
+    raise ValueError(f"configs/supcon.py: the paper setting is defined for abt_buy, not {dataset!r}.")
+  pretraining_steps = 200 * math.ceil(ABT_BUY_PRETRAINING_OFFERS / 1024)
+  epoch = math.ceil(ABT_BUY_TRAINING_PAIRS / 64)
+  config.data.update(max_len=128, augmentation="all", source_aware=True)
+  config.model.pretrained = "roberta-base"
+  config.model.tokenizer = config.model.get_ref("pretrained")
+  config.loss.temperature = 0.07
+  config.optim.update(learning_rate=5e-5, warmup_steps=pretraining_steps // 20, weight_decay=0.01)
+  config.train.update(global_batch_size=512, num_steps=pretraining_steps, checkpoint_every_steps=100)
+  fine_tuning = config.finetune.trained
+  fine_tuning.optim.update(learning_rate=5e-5, warmup_steps=50 * epoch // 20, lr_multipliers=())
+  fine_tuning.train.update(num_steps=50 * epoch, global_batch_size=64, checkpoint_every_steps=epoch)
+  fine_tuning.evals.validation.every_steps = epoch
+  fine_tuning.eval.update(best_metric="validation/loss", best_mode="min")
+  config.baselines = ml_collections.ConfigDict()
   return config

@@ -1,0 +1,86 @@
+"""The papers' own settings (`configs/*.py:...,paper`): their values, and a short CPU run of each."""
+import json
+
+import pytest
+
+from configs import blp as blp_config
+from configs import supcon as supcon_config
+from docent_jax import train
+import kg_fixtures
+import test_supcon
+import tiny_training
+
+
+@pytest.mark.parametrize("dataset, triples", [("wn18rr", 69_585), ("fb15k237", 215_085)])
+def test_blp_paper_setting_has_the_papers_values(dataset, triples):
+  config = blp_config.get_config(f"{dataset},transe,paper")
+  epoch = -(-triples // 64)
+  assert config.train.global_batch_size == 64 and config.loss.num_negatives == 64
+  assert config.train.num_steps == 40 * epoch
+  assert config.optim.learning_rate == 2e-5 and config.optim.weight_decay == 0.0
+  assert config.optim.warmup_steps == config.train.num_steps // 5
+  assert config.loss.name == "margin" and config.loss.margin == 1.0
+  assert config.data.max_len == 32 and config.model.dim == 128
+  assert config.model.bert.hidden_size == 768 and config.model.bert.num_hidden_layers == 12
+  # Model selection: validation MRR once an epoch, the best checkpoint reported.
+  assert config.evals.validation.every_steps == epoch and config.eval.best_metric == "validation/mrr"
+  # The tokenizer follows the encoder's directory.
+  config.model.pretrained = "/models/bert-base-cased"
+  assert config.model.tokenizer == "/models/bert-base-cased"
+  assert blp_config.get_config(f"{dataset},distmult,paper").model.scoring == "distmult"
+
+
+def test_supcon_paper_setting_has_the_papers_values():
+  config = supcon_config.get_config("abt_buy,paper")
+  # Pre-training: 1024 offers a batch (512 anchors, each with a partner), 200 epochs of Abt-Buy's 2,034 offers.
+  assert config.train.global_batch_size == 512 and config.train.num_steps == 200 * 2
+  assert config.loss.temperature == 0.07 and config.optim.learning_rate == 5e-5
+  assert config.optim.warmup_steps == config.train.num_steps // 20 and config.optim.weight_decay == 0.01
+  assert config.data.max_len == 128 and config.data.augmentation == "all" and config.data.source_aware
+  # Fine-tuning: 50 epochs of the 5,743 training pairs, 64 a batch, the lowest validation loss reported.
+  fine_tuning = config.finetune.trained
+  epoch = -(-5_743 // 64)
+  assert fine_tuning.train.num_steps == 50 * epoch and fine_tuning.train.global_batch_size == 64
+  assert fine_tuning.optim.learning_rate == 5e-5 and fine_tuning.optim.lr_multipliers == ()
+  assert fine_tuning.evals.validation.every_steps == epoch
+  assert (fine_tuning.eval.best_metric, fine_tuning.eval.best_mode) == ("validation/loss", "min")
+  assert not config.baselines
+  config.model.pretrained = "/models/roberta-base"
+  assert config.model.tokenizer == "/models/roberta-base"
+
+
+@pytest.mark.parametrize("make, arg", [(blp_config.get_config, "wordnet_kg,transe,paper"),
+                                       (supcon_config.get_config, "wdc_computers_small,paper"),
+                                       (supcon_config.get_config, "abt_buy,papers")])
+def test_a_paper_setting_outside_the_papers_benchmarks_is_refused(make, arg):
+  with pytest.raises(ValueError, match="paper"):
+    make(arg)
+
+
+def _tiny(config, tfds_dir, **shrink_options):
+  """The paper setting with a tiny fresh BERT and a few steps (the CPU smoke run a user would start)."""
+  config = tiny_training.shrink(config, tfds_dir, **shrink_options)
+  config.model.tokenizer = "minilm-l6"
+  return config
+
+
+def test_blp_paper_setting_runs_on_cpu_with_a_tiny_override(tmp_path):
+  config = _tiny(blp_config.get_config("wn18rr,transe,paper"), tmp_path / "tfds", max_len=12,
+                 checkpoint_every_steps=2, eval_batch_size=16)
+  config.data.dataset = str(kg_fixtures.write_tiny_kg(tmp_path / "kg"))
+  config.train.num_steps = 4
+  config.evals.validation.every_steps = 2
+  results = train.train_and_evaluate(config, tmp_path / "run")
+  assert 0.0 < results["blp_transe/test/mrr"] <= 1.0
+  assert json.loads((tmp_path / "run" / "results.json").read_text()) == results
+
+
+def test_supcon_paper_setting_runs_on_cpu_with_a_tiny_override(tmp_path):
+  config = _tiny(supcon_config.get_config("abt_buy,paper"), tmp_path / "tfds", max_len=16, global_batch_size=4)
+  config.data.dataset = str(test_supcon.write_products(tmp_path / "products"))
+  config.finetune.trained.train.update(num_steps=4, global_batch_size=8, checkpoint_every_steps=2)
+  config.finetune.trained.evals.validation.every_steps = 2
+  results = train.train_and_evaluate(config, tmp_path / "run")
+  for model in ("supcon_frozen", "supcon_trained"):
+    assert 0.0 <= results[f"{model}/test/f1"] <= 1.0, model
+  assert (tmp_path / "run" / "supcon_trained" / "best").is_dir()
