@@ -6,7 +6,7 @@ setuptools.setup(
     version="0.1.0",
     description="Learning entity representations from text with JAX/Flax (DOCENT, BLP, SupCon matching).",
     packages=setuptools.find_packages(include=["docent_jax", "docent_jax.*"]),
-    python_requires=">=3.10",
+    python_requires=">=3.11",  # jax 0.10.2 needs 3.11.
     install_requires=[
         "jax==0.10.2",
         "jaxlib==0.10.2",
