@@ -75,6 +75,24 @@ def test_cross_encoder_reads_both_offers_with_token_types_and_scores_cls():
     _params(pair_classifier.CrossEncoder(dataclasses.replace(CONFIG, type_vocab_size=1)), inputs)
 
 
+def test_models_mask_the_tokenizers_padding_id():
+  """RoBERTa pads with id 1: given `pad_token_id=1`, both models read 1-padded inputs as the others read 0-padded."""
+  one_padded = jnp.where(TOKENS == 0, 1, TOKENS)
+  model = pair_classifier.PairClassifier(CONFIG)
+  params = _params(model)
+  one_padding_model = pair_classifier.PairClassifier(CONFIG, pad_token_id=1)
+  np.testing.assert_allclose(one_padding_model.apply({"params": params}, one_padded),
+                             model.apply({"params": params}, TOKENS), atol=1e-6)
+  # A RoBERTa cross-encoder: one token type, and its position ids skip the padding too.
+  roberta = dataclasses.replace(CONFIG, model_type="roberta", type_vocab_size=1, pad_token_id=1)
+  cross_encoder = pair_classifier.CrossEncoder(roberta, pad_token_id=1)
+  inputs = jnp.stack([one_padded[:, 0], jnp.zeros_like(one_padded[:, 0])], axis=1)
+  params = _params(cross_encoder, inputs)
+  more_padding = jnp.concatenate([inputs, jnp.stack([jnp.ones((2, 3), int), jnp.zeros((2, 3), int)], axis=1)], axis=2)
+  np.testing.assert_allclose(cross_encoder.apply({"params": params}, more_padding),
+                             cross_encoder.apply({"params": params}, inputs), atol=1e-5)
+
+
 def test_head_dropout_acts_only_in_training():
   model = pair_classifier.PairClassifier(CONFIG)
   params = _params(model)

@@ -6,8 +6,17 @@ import numpy as np
 _CHUNK = 4096  # Texts per tokenizer call: batched for speed, bounded for memory.
 
 
+def _check_room(tokenizer: Any, max_len: int, pair: bool) -> None:
+  """Raises unless `max_len` holds the tokenizer's special tokens (of a pair if `pair`) and it has a pad token."""
+  special = tokenizer.num_special_tokens_to_add(pair=pair)
+  if max_len < special:
+    raise ValueError(f"max_len must leave room for the tokenizer's {special} special tokens; got {max_len}.")
+  if tokenizer.pad_token_id is None:
+    raise ValueError(f"Tokenizer {tokenizer.name_or_path!r} has no pad token.")
+
+
 def tokenize_texts(tokenizer: Any, texts: Sequence[str], max_len: int) -> np.ndarray:
-  """Token ids [CLS] ... [SEP], truncated and padded with the tokenizer's pad id.
+  """Token ids `[CLS] text [SEP]` (RoBERTa: `<s> text </s>`), truncated and padded with the tokenizer's pad id.
 
   Args:
     tokenizer: a Hugging Face fast tokenizer.
@@ -17,10 +26,7 @@ def tokenize_texts(tokenizer: Any, texts: Sequence[str], max_len: int) -> np.nda
   Returns:
     int32 [len(texts), max_len].
   """
-  if max_len < 2:
-    raise ValueError(f"max_len must leave room for [CLS] and [SEP]; got {max_len}.")
-  if tokenizer.pad_token_id is None:
-    raise ValueError(f"Tokenizer {tokenizer.name_or_path!r} has no pad token.")
+  _check_room(tokenizer, max_len, pair=False)
   rows = [np.zeros((0, max_len), np.int32)]
   for start in range(0, len(texts), _CHUNK):
     encoded = tokenizer(list(texts[start:start + _CHUNK]), max_length=max_len, padding="max_length",
@@ -37,15 +43,14 @@ def entity_token_table(kg: Any, tokenizer: Any, max_len: int) -> np.ndarray:
 def tokenize_pairs(tokenizer: Any, left: Sequence[str], right: Sequence[str], max_len: int) -> np.ndarray:
   """Token ids and token types of `[CLS] left [SEP] right [SEP]`, int32 [m, 2, max_len].
 
-  Padded with the tokenizer's pad id; too long pairs lose tokens from the longer text first
-  (Hugging Face's 'longest_first'), so that neither offer is cut away entirely.
+  The tokenizer joins the texts: BERT's as above with token types 0 then 1, RoBERTa's as
+  `<s> left </s></s> right </s>`, all type 0. Padded with the tokenizer's pad id; too long pairs lose
+  tokens from the longer text first (Hugging Face's 'longest_first'), so that neither offer is cut away
+  entirely.
   """
   if len(left) != len(right):
     raise ValueError(f"{len(left)} left texts but {len(right)} right texts.")
-  if max_len < 3:
-    raise ValueError(f"max_len must leave room for [CLS] and two [SEP]; got {max_len}.")
-  if tokenizer.pad_token_id is None:
-    raise ValueError(f"Tokenizer {tokenizer.name_or_path!r} has no pad token.")
+  _check_room(tokenizer, max_len, pair=True)
   rows = [np.zeros((0, 2, max_len), np.int32)]
   for start in range(0, len(left), _CHUNK):
     end = start + _CHUNK

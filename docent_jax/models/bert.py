@@ -1,5 +1,8 @@
 """BERT encoder and masked-language-model head in Flax linen, numerically matching Hugging Face's.
 
+The same modules are RoBERTa's (`BertConfig.model_type = 'roberta'`), which differs from BERT only in its
+position ids: they count the non-padding tokens from `pad_token_id + 1`, and padding takes row `pad_token_id`.
+
 Parameters carry logical axis names ('vocab', 'embed', 'mlp', 'heads', 'position', 'token_type',
 'norm'); `docent_jax.parallel` maps them to mesh axes. The query, key and value projections are
 fused into one kernel of shape [embed, 3, heads] so that each layer does one matmul for all three.
@@ -16,7 +19,7 @@ Dtype = Any
 
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
-  """Hugging Face `BertConfig` fields the model uses; defaults are BERT-base's."""
+  """Hugging Face `BertConfig` (or `RobertaConfig`) fields the model uses; defaults are BERT-base's."""
   vocab_size: int = 30522
   hidden_size: int = 768
   num_hidden_layers: int = 12
@@ -30,6 +33,7 @@ class BertConfig:
   attention_probs_dropout_prob: float = 0.1
   initializer_range: float = 0.02
   pad_token_id: int = 0
+  model_type: str = "bert"  # One of MODEL_TYPES; 'roberta' takes RoBERTa's position ids and checkpoint names.
 
   def __post_init__(self):
     if self.hidden_size % self.num_attention_heads:
@@ -37,6 +41,8 @@ class BertConfig:
                        f"{self.num_attention_heads}.")
     if self.hidden_act not in ACTIVATIONS:
       raise ValueError(f"Unsupported hidden_act {self.hidden_act!r}; valid: {sorted(ACTIVATIONS)}.")
+    if self.model_type not in MODEL_TYPES:
+      raise ValueError(f"Unsupported model_type {self.model_type!r}; valid: {list(MODEL_TYPES)}.")
 
   @classmethod
   def from_hf_dict(cls, d: dict[str, Any]) -> "BertConfig":
@@ -47,6 +53,14 @@ class BertConfig:
   @property
   def head_dim(self) -> int:
     return self.hidden_size // self.num_attention_heads
+
+  @property
+  def first_position(self) -> int:
+    """The position-table row of the first token: 0, or RoBERTa's `pad_token_id + 1`."""
+    return self.pad_token_id + 1 if self.model_type == "roberta" else 0
+
+
+MODEL_TYPES = ("bert", "roberta")
 
 
 # Hugging Face's names: 'gelu' is the exact (erf) GELU, 'gelu_new' the tanh approximation.
@@ -162,20 +176,26 @@ class BertEmbeddings(nn.Module):
   def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array, *, deterministic: bool,
                input_embeddings: jax.Array | None = None) -> jax.Array:
     """`input_embeddings` [batch, length, hidden], when given, replace the word-piece lookup of `input_ids`."""
+    config = self.config
     length = input_ids.shape[-1]
-    if length > self.config.max_position_embeddings:
-      raise ValueError(f"Sequence length {length} exceeds max_position_embeddings "
-                       f"{self.config.max_position_embeddings}.")
+    if length > config.max_position_embeddings - config.first_position:
+      raise ValueError(f"Sequence length {length} exceeds the model's "
+                       f"{config.max_position_embeddings - config.first_position} positions (max_position_embeddings "
+                       f"{config.max_position_embeddings}, the first at row {config.first_position}).")
     if input_embeddings is None:
       words = self.word_embeddings(input_ids)
-    elif input_embeddings.shape != (*input_ids.shape, self.config.hidden_size):
+    elif input_embeddings.shape != (*input_ids.shape, config.hidden_size):
       raise ValueError(f"input_embeddings {input_embeddings.shape} must be input_ids' shape {input_ids.shape} "
-                       f"+ ({self.config.hidden_size},).")
+                       f"+ ({config.hidden_size},).")
     else:
       words = input_embeddings.astype(self.dtype)
-    positions = self.position_embeddings.embedding[:length].astype(self.dtype)
+    if config.model_type == "roberta":  # transformers' create_position_ids_from_input_ids.
+      real = (input_ids != config.pad_token_id).astype(jnp.int32)
+      positions = self.position_embeddings(jnp.cumsum(real, axis=-1) * real + config.pad_token_id)
+    else:
+      positions = self.position_embeddings.embedding[:length].astype(self.dtype)
     x = words + positions + self.token_type_embeddings(token_type_ids)
-    return _maybe_dropout(self, self.layer_norm(x), self.config.hidden_dropout_prob, deterministic)
+    return _maybe_dropout(self, self.layer_norm(x), config.hidden_dropout_prob, deterministic)
 
 
 class BertAttention(nn.Module):
@@ -226,7 +246,7 @@ class BertLayer(nn.Module):
 
 
 class BertModel(nn.Module):
-  """BERT encoder: embeddings, `num_hidden_layers` blocks and (optionally) the [CLS] pooler.
+  """BERT (or RoBERTa) encoder: embeddings, `num_hidden_layers` blocks and (optionally) the first-token pooler.
 
   Params: 'embeddings' (word table at ['embeddings']['word_embeddings']['embedding']), 'layer_0',
   'layer_1', ..., and 'pooler' when `add_pooler`.
@@ -312,8 +332,9 @@ class BertMLMHead(nn.Module):
     For outputs over more than the word pieces (e.g. word pieces plus entity rows), score these
     against every table, adding `output_bias()` to the word-piece logits only.
     """
-    x = self.transform(hidden_states)
-    return self.transform_layer_norm(ACTIVATIONS[self.config.hidden_act](x))
+    # RoBERTa's head applies exact GELU whatever the encoder's hidden_act.
+    activation = "gelu" if self.config.model_type == "roberta" else self.config.hidden_act
+    return self.transform_layer_norm(ACTIVATIONS[activation](self.transform(hidden_states)))
 
   def output_bias(self) -> jax.Array:
     """The [vocab] bias of the word-piece logits."""

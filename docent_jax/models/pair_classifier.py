@@ -4,14 +4,16 @@ Two models, each giving one logit per pair; `evaluation.pair_matching` fine-tune
   * `PairClassifier` (bi-encoder): each offer is encoded alone by BERT, mean-pooled over its
     non-padding tokens (the offer encoder that supervised contrastive pre-training trains), and a
     head scores the pair features [u, v, |u - v|, u * v].
-  * `CrossEncoder`: BERT reads both offers at once, `[CLS] a [SEP] b [SEP]` with token types 0 / 1,
-    and a head scores the [CLS] output (BERT's pooler is not used).
+  * `CrossEncoder`: BERT reads both offers at once, `[CLS] a [SEP] b [SEP]` with token types 0 / 1
+    (RoBERTa: `<s> a </s></s> b </s>`, all type 0), and a head scores the first token's output (BERT's
+    pooler is not used).
 The bi-encoder's head is dropout (BERT's hidden dropout rate) followed by one linear unit, as in
 Peeters and Bizer's released code, whose classification head has no hidden layer: with a frozen
 encoder, fine-tuning is a logistic regression on the pair features. The cross-encoder uses the same head.
 
 Inputs are [batch, 2, length] int arrays, one layout for both models: the two offers' token ids for
-the bi-encoder, the pair's token ids and token types for the cross-encoder.
+the bi-encoder, the pair's token ids and token types for the cross-encoder. Both models take the
+tokenizer's padding id (`pad_token_id`: BERT's 0, RoBERTa's 1).
 """
 import flax.linen as nn
 import jax
@@ -58,13 +60,14 @@ class PairClassifier(nn.Module):
   """
   config: bert.BertConfig
   dtype: jnp.dtype = jnp.float32
+  pad_token_id: int = 0
 
   def setup(self):
     self.bert = bert.BertModel(self.config, dtype=self.dtype, add_pooler=False, name="bert")
     self.head = LogitHead(self.config, self.dtype, name="head")
 
   def __call__(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
-    """Logits [B] of token ids [B, 2, L] (padding id 0): both offers go through BERT in one batch."""
+    """Logits [B] of token ids [B, 2, L] (padded with `pad_token_id`): both offers go through BERT in one batch."""
     _check_pair_inputs(tokens)
     batch, _, length = tokens.shape
     vectors = self.encode(tokens.reshape(2 * batch, length), deterministic=deterministic)
@@ -72,7 +75,7 @@ class PairClassifier(nn.Module):
 
   def encode(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
     """Offer vectors [N, d]: BERT's outputs for token ids [N, L], averaged over the non-padding tokens."""
-    mask = (tokens != 0).astype(jnp.int32)
+    mask = (tokens != self.pad_token_id).astype(jnp.int32)
     hidden = self.bert(tokens, mask, deterministic=deterministic).last_hidden_state
     return bert.mean_pool(hidden, mask).astype(jnp.float32)
 
@@ -89,17 +92,20 @@ class CrossEncoder(nn.Module):
   """
   config: bert.BertConfig
   dtype: jnp.dtype = jnp.float32
+  pad_token_id: int = 0
 
   def setup(self):
-    if self.config.type_vocab_size < 2:
-      raise ValueError(f"A cross-encoder needs token types 0 and 1; the config has type_vocab_size "
+    # RoBERTa's pairs are all token type 0 (its one type), told apart by the separators alone.
+    if self.config.model_type == "bert" and self.config.type_vocab_size < 2:
+      raise ValueError(f"A BERT cross-encoder needs token types 0 and 1; the config has type_vocab_size "
                        f"{self.config.type_vocab_size}.")
     self.bert = bert.BertModel(self.config, dtype=self.dtype, add_pooler=False, name="bert")
     self.head = LogitHead(self.config, self.dtype, name="head")
 
   def __call__(self, inputs: jax.Array, *, deterministic: bool = True) -> jax.Array:
-    """Logits [B] of inputs [B, 2, L]: the pair's token ids (padding id 0), then its token types."""
+    """Logits [B] of inputs [B, 2, L]: the pair's token ids (padded with `pad_token_id`), then its token types."""
     _check_pair_inputs(inputs)
     tokens, token_types = inputs[:, 0], inputs[:, 1]
-    output = self.bert(tokens, (tokens != 0).astype(jnp.int32), token_types, deterministic=deterministic)
+    output = self.bert(tokens, (tokens != self.pad_token_id).astype(jnp.int32), token_types,
+                       deterministic=deterministic)
     return self.head(output.last_hidden_state[:, 0], deterministic=deterministic)

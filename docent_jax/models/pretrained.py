@@ -1,4 +1,4 @@
-"""Pretrained BERT weights and tokenizers from Hugging Face-format directories.
+"""Pretrained BERT or RoBERTa weights and tokenizers from Hugging Face-format directories.
 
 A model is named by an alias (see `MODEL_ALIASES`) or a directory holding config.json and
 model.safetensors (or pytorch_model.bin). Nothing is downloaded.
@@ -29,6 +29,12 @@ MLM_HEAD_KEY = "mlm_head"
 
 # Checkpoint entries that carry no weights this code uses: buffers and the next-sentence head.
 _IGNORED_PREFIXES = ("embeddings.position_ids", "embeddings.token_type_ids", "cls.seq_relationship.")
+
+# Per model type: the checkpoint prefix of the masked-LM head, and its dense and LayerNorm under that prefix.
+_MLM_HEAD_NAMES = {
+    "bert": ("cls.predictions.", "transform.dense", "transform.LayerNorm"),
+    "roberta": ("lm_head.", "dense", "layer_norm"),
+}
 
 
 def resolve_model_dir(name_or_path: str) -> pathlib.Path:
@@ -65,6 +71,14 @@ def _read_state_dict(model_dir: pathlib.Path) -> tuple[dict[str, np.ndarray], pa
   raise FileNotFoundError(f"{model_dir} has neither model.safetensors nor pytorch_model.bin.")
 
 
+def _dense_names(path: tuple[str, ...], hf: str) -> dict[tuple[str, ...], tuple[str, ...]]:
+  return {path + ("kernel",): (f"{hf}.weight",), path + ("bias",): (f"{hf}.bias",)}
+
+
+def _norm_names(path: tuple[str, ...], hf: str) -> dict[tuple[str, ...], tuple[str, ...]]:
+  return {path + ("scale",): (f"{hf}.weight",), path + ("bias",): (f"{hf}.bias",)}
+
+
 def _hf_names(num_layers: int, with_pooler: bool) -> dict[tuple[str, ...], tuple[str, ...]]:
   """Flax param path -> the Hugging Face tensor names it is built from (several for the fused QKV)."""
   names = {
@@ -74,38 +88,33 @@ def _hf_names(num_layers: int, with_pooler: bool) -> dict[tuple[str, ...], tuple
       ("embeddings", "layer_norm", "scale"): ("embeddings.LayerNorm.weight",),
       ("embeddings", "layer_norm", "bias"): ("embeddings.LayerNorm.bias",),
   }
-  dense = lambda path, hf: {path + ("kernel",): (f"{hf}.weight",), path + ("bias",): (f"{hf}.bias",)}
-  norm = lambda path, hf: {path + ("scale",): (f"{hf}.weight",), path + ("bias",): (f"{hf}.bias",)}
   for i in range(num_layers):
     layer, hf = f"layer_{i}", f"encoder.layer.{i}"
     qkv = tuple(f"{hf}.attention.self.{part}" for part in ("query", "key", "value"))
     names[(layer, "attention", "qkv_kernel")] = tuple(f"{p}.weight" for p in qkv)
     names[(layer, "attention", "qkv_bias")] = tuple(f"{p}.bias" for p in qkv)
-    names.update(dense((layer, "attention", "output"), f"{hf}.attention.output.dense"))
-    names.update(norm((layer, "attention", "layer_norm"), f"{hf}.attention.output.LayerNorm"))
-    names.update(dense((layer, "intermediate"), f"{hf}.intermediate.dense"))
-    names.update(dense((layer, "output"), f"{hf}.output.dense"))
-    names.update(norm((layer, "output_layer_norm"), f"{hf}.output.LayerNorm"))
+    names.update(_dense_names((layer, "attention", "output"), f"{hf}.attention.output.dense"))
+    names.update(_norm_names((layer, "attention", "layer_norm"), f"{hf}.attention.output.LayerNorm"))
+    names.update(_dense_names((layer, "intermediate"), f"{hf}.intermediate.dense"))
+    names.update(_dense_names((layer, "output"), f"{hf}.output.dense"))
+    names.update(_norm_names((layer, "output_layer_norm"), f"{hf}.output.LayerNorm"))
   if with_pooler:
-    names.update(dense(("pooler",), "pooler.dense"))
+    names.update(_dense_names(("pooler",), "pooler.dense"))
   return names
 
 
-def _mlm_head_names() -> dict[tuple[str, ...], tuple[str, ...]]:
-  return {
-      ("transform", "kernel"): ("cls.predictions.transform.dense.weight",),
-      ("transform", "bias"): ("cls.predictions.transform.dense.bias",),
-      ("transform_layer_norm", "scale"): ("cls.predictions.transform.LayerNorm.weight",),
-      ("transform_layer_norm", "bias"): ("cls.predictions.transform.LayerNorm.bias",),
-      ("bias",): ("cls.predictions.bias",),
-  }
+def _mlm_head_names(model_type: str) -> dict[tuple[str, ...], tuple[str, ...]]:
+  prefix, dense, norm = _MLM_HEAD_NAMES[model_type]
+  return {**_dense_names(("transform",), prefix + dense), **_norm_names(("transform_layer_norm",), prefix + norm),
+          ("bias",): (f"{prefix}bias",)}
 
 
-def _canonical_names(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """Drops a 'bert.' prefix and renames TF-era LayerNorm 'gamma'/'beta' to 'weight'/'bias'."""
+def _canonical_names(state: dict[str, np.ndarray], model_type: str) -> dict[str, np.ndarray]:
+  """Drops the encoder's prefix ('bert.' or 'roberta.') and renames TF-era LayerNorm 'gamma'/'beta' to
+  'weight'/'bias'."""
   canonical = {}
   for name, value in state.items():
-    name = name.removeprefix("bert.")
+    name = name.removeprefix(f"{model_type}.")
     if name.endswith(".gamma") or name.endswith(".beta"):
       name = name.rsplit(".", 1)[0] + (".weight" if name.endswith(".gamma") else ".bias")
     canonical[name] = value
@@ -150,7 +159,7 @@ def _flat_shapes(module: Any, *args: Any) -> dict[tuple[str, ...], Any]:
 
 
 def load_bert(name_or_path: str) -> tuple[bert.BertConfig, dict[str, Any]]:
-  """Config and float32 numpy params of a Hugging Face-format BERT.
+  """Config and float32 numpy params of a Hugging Face-format BERT or RoBERTa (config.json's model_type).
 
   The params have exactly the structure of `BertModel(config, add_pooler=<pooler in checkpoint>)`'s
   unboxed params. When the checkpoint has a masked-LM head, its `BertMLMHead` params are added
@@ -163,9 +172,9 @@ def load_bert(name_or_path: str) -> tuple[bert.BertConfig, dict[str, Any]]:
   try:
     config = bert.BertConfig.from_hf_dict(json.loads(config_path.read_text()))
   except (json.JSONDecodeError, TypeError, ValueError) as e:
-    raise ValueError(f"{config_path}: not a usable BERT config: {e}") from e
+    raise ValueError(f"{config_path}: not a usable BERT or RoBERTa config: {e}") from e
   state, source = _read_state_dict(model_dir)
-  state = _canonical_names(state)
+  state = _canonical_names(state, config.model_type)
 
   with_pooler = "pooler.dense.weight" in state
   ids = jnp.zeros((1, 1), jnp.int32)
@@ -176,16 +185,18 @@ def load_bert(name_or_path: str) -> tuple[bert.BertConfig, dict[str, Any]]:
     raise AssertionError(f"Loader and BertModel disagree on params: {sorted(set(names) ^ set(expected))}.")
   params = _gather(state, names, expected, source)
 
-  if "cls.predictions.transform.dense.weight" in state:
+  head_names = _mlm_head_names(config.model_type)
+  if head_names[("transform", "kernel")][0] in state:
     head = bert.BertMLMHead(config)
     head_expected = _flat_shapes(head, jnp.zeros((1, config.hidden_size)),
                                  jnp.zeros((config.vocab_size, config.hidden_size)))
-    state.pop("cls.predictions.decoder.bias", None)  # The same tensor as cls.predictions.bias.
-    decoder = state.pop("cls.predictions.decoder.weight", None)
+    prefix = _MLM_HEAD_NAMES[config.model_type][0]
+    state.pop(f"{prefix}decoder.bias", None)  # The same tensor as the head's bias.
+    decoder = state.pop(f"{prefix}decoder.weight", None)
     if decoder is not None and not np.array_equal(decoder, word_embeddings := bert.word_embedding_matrix(params)):
-      raise ValueError(f"{source}: cls.predictions.decoder.weight differs from the word embeddings "
+      raise ValueError(f"{source}: {prefix}decoder.weight differs from the word embeddings "
                        f"(max abs diff {np.max(np.abs(decoder - word_embeddings)):.3g}); BertMLMHead ties them.")
-    params[MLM_HEAD_KEY] = _gather(state, _mlm_head_names(), head_expected, source)
+    params[MLM_HEAD_KEY] = _gather(state, head_names, head_expected, source)
 
   ignored = sorted(n for n in state if n.startswith(_IGNORED_PREFIXES))
   unknown = sorted(n for n in state if not n.startswith(_IGNORED_PREFIXES))
@@ -199,6 +210,9 @@ def load_bert(name_or_path: str) -> tuple[bert.BertConfig, dict[str, Any]]:
 
 def load_tokenizer(name_or_path: str, extra_special_tokens: Sequence[str] = ()) -> Any:
   """The Hugging Face fast tokenizer saved in the model's directory.
+
+  BERT's WordPiece (tokenizer.json or vocab.txt) or RoBERTa's byte-level BPE (tokenizer.json, or vocab.json
+  and merges.txt); config.json's model_type tells which when tokenizer_config.json does not.
 
   Args:
     name_or_path: a model alias or directory.

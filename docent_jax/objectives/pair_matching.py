@@ -45,16 +45,14 @@ class PairMatchingObjective(base.Objective):
                   for split, p in self.corpus.pairs.items()}
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
                                                extra_special_tokens=(offer_files.COL_TOKEN, offer_files.VAL_TOKEN))
-    if self.tokenizer.pad_token_id != 0:
-      raise ValueError(f"Tokenizer {config.model.tokenizer!r} pads with id {self.tokenizer.pad_token_id}; the pair "
-                       "models need padding id 0.")
     self.bert_config, self._bert_params = pretrained.load_or_create_bert(
         config.model.pretrained, config.model.bert.to_dict(), len(self.tokenizer))
     self.model = self.create_model()
     self.inputs = self.pair_inputs()
 
   def create_model(self) -> Any:
-    return pair_classifier.PairClassifier(self.bert_config, dtype=jnp.dtype(self.config.model.dtype))
+    return pair_classifier.PairClassifier(self.bert_config, dtype=jnp.dtype(self.config.model.dtype),
+                                          pad_token_id=self.tokenizer.pad_token_id)
 
   def pair_inputs(self) -> dict[str, np.ndarray]:
     """Per split, the token ids [m, 2, max_len] of each pair's two offers."""
@@ -104,10 +102,11 @@ class CrossEncoderObjective(PairMatchingObjective):
   """A cross-encoder pair classifier from the pretrained BERT (no contrastive pre-training)."""
 
   def create_model(self) -> Any:
-    return pair_classifier.CrossEncoder(self.bert_config, dtype=jnp.dtype(self.config.model.dtype))
+    return pair_classifier.CrossEncoder(self.bert_config, dtype=jnp.dtype(self.config.model.dtype),
+                                        pad_token_id=self.tokenizer.pad_token_id)
 
   def pair_inputs(self) -> dict[str, np.ndarray]:
-    """Per split, the token ids and token types [m, 2, max_len] of `[CLS] left [SEP] right [SEP]`."""
+    """Per split, the token ids and token types [m, 2, max_len] of each pair as the tokenizer joins them."""
     texts = self.corpus.texts
     return {split: tokenization.tokenize_pairs(self.tokenizer, [texts[i] for i in pairs[:, 0]],
                                                [texts[i] for i in pairs[:, 1]], self.config.data.max_len)
