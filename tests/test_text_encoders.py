@@ -1,4 +1,6 @@
 """Entity text encoders: shapes, padding invariance, and where pretrained weights go."""
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -12,17 +14,18 @@ CONFIG = bert.BertConfig.from_hf_dict(dict(vocab_size=50, hidden_size=16, num_hi
                                            num_attention_heads=2, intermediate_size=32))
 
 
-def _init(name):
-  encoder = text_encoders.create_encoder(name, CONFIG, dim=8, dtype=jnp.float32)
+def _init(name, config=CONFIG):
+  encoder = text_encoders.create_encoder(name, config, dim=8, dtype=jnp.float32)
   tokens = jnp.array([[2, 7, 9, 3, 0, 0, 0, 0]])
   return encoder, nn.unbox(encoder.init(jax.random.key(0), tokens)["params"])
 
 
 @pytest.mark.parametrize("name", ["bert", "bow", "cnn"])
-def test_encoders_map_texts_to_dim_and_ignore_extra_padding(name):
-  encoder, params = _init(name)
-  short = jnp.array([[2, 7, 9, 3, 0, 0], [2, 5, 3, 0, 0, 0]])
-  long = jnp.pad(short, ((0, 0), (0, 6)))
+@pytest.mark.parametrize("pad", [0, 1])  # BERT's padding id, and RoBERTa's.
+def test_encoders_map_texts_to_dim_and_ignore_extra_padding(name, pad):
+  encoder, params = _init(name, dataclasses.replace(CONFIG, pad_token_id=pad))
+  short = jnp.array([[2, 7, 9, 3, pad, pad], [2, 5, 3, pad, pad, pad]])
+  long = jnp.pad(short, ((0, 0), (0, 6)), constant_values=pad)
   out_short = encoder.apply({"params": params}, short)
   assert out_short.shape == (2, 8) and out_short.dtype == jnp.float32
   np.testing.assert_allclose(encoder.apply({"params": params}, long), out_short, atol=1e-5)

@@ -72,7 +72,7 @@ class LabelSet:
 
 def pool(encoder: bert.BertModel, params: Any, tokens: jax.Array, pooling: str) -> jax.Array:
   """[N, d] sentence vectors: [CLS] output, or the mean output over the non-padding tokens."""
-  mask = (tokens != 0).astype(jnp.int32)
+  mask = bert.attention_mask(tokens, encoder.config)
   hidden = encoder.apply({"params": params}, tokens, mask).last_hidden_state
   if pooling == "cls":
     return hidden[:, 0]
@@ -97,7 +97,7 @@ def _normalized_pool(encoder: bert.BertModel, pooling: str) -> Callable[[Any, ja
 def label_tokens(tokenizer: Any, texts: Sequence[str], max_len: int) -> np.ndarray:
   """Token rows of short label texts, cut to the longest one (labels are a few word pieces)."""
   tokens = tokenization.tokenize_texts(tokenizer, texts, max_len)
-  return tokens[:, :max(int((tokens != 0).sum(axis=1).max()), 2)]
+  return tokens[:, :max(int((tokens != tokenizer.pad_token_id).sum(axis=1).max()), 2)]
 
 
 def subsample_per_entity(sentence_entity: np.ndarray, entities: np.ndarray, per_entity: int,

@@ -286,6 +286,11 @@ class BertModel(nn.Module):
     return self.embeddings.word_embeddings.embedding
 
 
+def attention_mask(tokens: jax.Array, config: BertConfig) -> jax.Array:
+  """int32 mask of `tokens`: 1 where a token is not the model's padding (`pad_token_id`: BERT's 0, RoBERTa's 1)."""
+  return (tokens != config.pad_token_id).astype(jnp.int32)
+
+
 def mean_pool(hidden: jax.Array, attention_mask: jax.Array) -> jax.Array:
   """[N, d] mean of `hidden` [N, L, d] over the positions where `attention_mask` [N, L] is 1."""
   weights = attention_mask[..., None].astype(hidden.dtype)

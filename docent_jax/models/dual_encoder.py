@@ -32,7 +32,7 @@ class DualEncoder(nn.Module):
     return self.encode_sentences(tokens, deterministic=deterministic), self.entities(entity_ids), self.scale()
 
   def encode_sentences(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
-    output = self.bert(tokens, attention_mask=(tokens != 0).astype(jnp.int32), deterministic=deterministic)
+    output = self.bert(tokens, attention_mask=bert.attention_mask(tokens, self.config), deterministic=deterministic)
     return entity_table.l2_normalize(output.last_hidden_state[:, 0])
 
   def entity_table(self) -> jax.Array:

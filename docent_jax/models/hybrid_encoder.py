@@ -26,7 +26,7 @@ class HybridEncoder(dual_encoder.DualEncoder):
                        deterministic: bool = True) -> jax.Array:
     """Vocabulary logits [batch, k, vocab] at `positions` [batch, k] of (masked) `tokens` [batch, length]
     about `entity_ids` [batch]."""
-    hidden = self.bert(tokens, attention_mask=(tokens != 0).astype(jnp.int32),
+    hidden = self.bert(tokens, attention_mask=bert.attention_mask(tokens, self.config),
                        deterministic=deterministic).last_hidden_state
     hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
     entity = (self.entities(entity_ids) * math.sqrt(self.config.hidden_size)).astype(hidden.dtype)

@@ -19,7 +19,7 @@ def _projection(dim: int, dtype: jnp.dtype, name: str = "projection") -> nn.Dens
 
 def _embed_words(tokens: jax.Array, config: bert.BertConfig, dtype: jnp.dtype) -> tuple[jax.Array, jax.Array]:
   """Word-piece embeddings with padding zeroed, and the [B, L, 1] padding mask."""
-  mask = (tokens != 0)[..., None].astype(dtype)
+  mask = bert.attention_mask(tokens, config)[..., None].astype(dtype)
   table = nn.Embed(config.vocab_size, config.hidden_size, dtype=dtype, name="word_embeddings",
                    embedding_init=nn.with_logical_partitioning(
                        nn.initializers.normal(config.initializer_range), ("vocab", "embed")))
@@ -35,7 +35,7 @@ class BertEncoder(nn.Module):
   @nn.compact
   def __call__(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
     output = bert.BertModel(self.config, dtype=self.dtype, add_pooler=False, name="bert")(
-        tokens, attention_mask=(tokens != 0).astype(jnp.int32), deterministic=deterministic)
+        tokens, attention_mask=bert.attention_mask(tokens, self.config), deterministic=deterministic)
     return _projection(self.dim, self.dtype)(output.last_hidden_state[:, 0]).astype(jnp.float32)
 
 
