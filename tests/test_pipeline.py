@@ -1,6 +1,7 @@
 """Tests of tokenization and the grain triple pipeline (resume, Orbax checkpointing)."""
 import importlib.util
 import pathlib
+import threading
 
 import grain
 import jax.numpy as jnp
@@ -43,6 +44,22 @@ def test_tokenize_texts(tokenizer):
   assert tokens[2, :2].tolist() == [cls, sep]
   with pytest.raises(ValueError, match="max_len"):
     tokenization.tokenize_texts(tokenizer, ["x"], 1)
+
+
+def test_threads_tokenizing_to_different_lengths_each_get_their_own(tokenizer):
+  """One tokenizer shared by threads (a pipeline's prefetch beside an evaluation) keeps each call's length."""
+  texts = ["a fairly long sentence about a movie that goes on for a while"] * 64
+  shapes = {}
+
+  def tokenize(max_len):
+    shapes[max_len] = {tokenization.tokenize_texts(tokenizer, texts, max_len).shape for _ in range(100)}
+
+  threads = [threading.Thread(target=tokenize, args=(max_len,)) for max_len in (4, 8, 16, 24)]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  assert shapes == {max_len: {(64, max_len)} for max_len in (4, 8, 16, 24)}
 
 
 def test_entity_token_table(kg, entity_tokens, tokenizer):

@@ -1,9 +1,20 @@
 """Tokenizes texts (and text pairs) into fixed-length token-id arrays."""
+import threading
 from typing import Any, Sequence
 
 import numpy as np
 
 _CHUNK = 4096  # Texts per tokenizer call: batched for speed, bounded for memory.
+# A Hugging Face fast tokenizer sets its truncation and padding as state at every call, so two threads
+# tokenizing to different lengths (grain's prefetch threads beside an evaluation) get each other's
+# lengths. Every call goes through `encode`, under this lock.
+_TOKENIZER_LOCK = threading.Lock()
+
+
+def encode(tokenizer: Any, *texts: Sequence[str], **options: Any) -> Any:
+  """`tokenizer(*texts, **options)`, one call at a time across threads."""
+  with _TOKENIZER_LOCK:
+    return tokenizer(*texts, **options)
 
 
 def _check_room(tokenizer: Any, max_len: int, pair: bool) -> None:
@@ -29,7 +40,7 @@ def tokenize_texts(tokenizer: Any, texts: Sequence[str], max_len: int) -> np.nda
   _check_room(tokenizer, max_len, pair=False)
   rows = [np.zeros((0, max_len), np.int32)]
   for start in range(0, len(texts), _CHUNK):
-    encoded = tokenizer(list(texts[start:start + _CHUNK]), max_length=max_len, padding="max_length",
+    encoded = encode(tokenizer, list(texts[start:start + _CHUNK]), max_length=max_len, padding="max_length",
                         truncation=True, return_attention_mask=False, return_token_type_ids=False)
     rows.append(np.asarray(encoded["input_ids"], np.int32))
   return np.concatenate(rows)
@@ -54,8 +65,9 @@ def tokenize_pairs(tokenizer: Any, left: Sequence[str], right: Sequence[str], ma
   rows = [np.zeros((0, 2, max_len), np.int32)]
   for start in range(0, len(left), _CHUNK):
     end = start + _CHUNK
-    encoded = tokenizer(list(left[start:end]), list(right[start:end]), max_length=max_len, padding="max_length",
-                        truncation="longest_first", return_attention_mask=False, return_token_type_ids=True)
+    encoded = encode(tokenizer, list(left[start:end]), list(right[start:end]), max_length=max_len,
+                     padding="max_length", truncation="longest_first", return_attention_mask=False,
+                     return_token_type_ids=True)
     rows.append(np.stack([np.asarray(encoded["input_ids"], np.int32),
                           np.asarray(encoded["token_type_ids"], np.int32)], axis=1))
   return np.concatenate(rows)

@@ -60,7 +60,7 @@ class AnalogySet:
 
 def static_vectors(tokenizer: Any, word_pieces: np.ndarray, texts: list[str]) -> np.ndarray:
   """[len(texts), d] mean input word-piece vectors of each text (no special tokens): a static embedding model."""
-  ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+  ids = tokenization.encode(tokenizer, list(texts), add_special_tokens=False)["input_ids"]
   return np.stack([word_pieces[row].mean(axis=0) if row else np.zeros(word_pieces.shape[1]) for row in ids])
 
 
