@@ -71,12 +71,17 @@ def _read_state_dict(model_dir: pathlib.Path) -> tuple[dict[str, np.ndarray], pa
   raise FileNotFoundError(f"{model_dir} has neither model.safetensors nor pytorch_model.bin.")
 
 
+def _weight_and_bias(path: tuple[str, ...], hf: str, weight: str) -> dict[tuple[str, ...], tuple[str, ...]]:
+  """Flax `path/weight`, `path/bias` -> `hf.weight`, `hf.bias` (weight: a Dense's kernel, a LayerNorm's scale)."""
+  return {path + (weight,): (f"{hf}.weight",), path + ("bias",): (f"{hf}.bias",)}
+
+
 def _dense_names(path: tuple[str, ...], hf: str) -> dict[tuple[str, ...], tuple[str, ...]]:
-  return {path + ("kernel",): (f"{hf}.weight",), path + ("bias",): (f"{hf}.bias",)}
+  return _weight_and_bias(path, hf, "kernel")
 
 
 def _norm_names(path: tuple[str, ...], hf: str) -> dict[tuple[str, ...], tuple[str, ...]]:
-  return {path + ("scale",): (f"{hf}.weight",), path + ("bias",): (f"{hf}.bias",)}
+  return _weight_and_bias(path, hf, "scale")
 
 
 def _hf_names(num_layers: int, with_pooler: bool) -> dict[tuple[str, ...], tuple[str, ...]]:
