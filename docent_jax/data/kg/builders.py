@@ -10,7 +10,8 @@ split fills only its own fields (the others read back as None). Examples keep
 their order, so example i of `entities` / `relations` has index i.
 
 Builders: `wn18rr`, `fb15k237` (KG-BERT layout from a manual directory, or
-downloaded) and `kg_directory` (any directory in that layout).
+downloaded) and `kg_directory` (any directory in that layout); `wordnet_kg` and
+`wikidata5m` have their own modules.
 """
 import abc
 import collections
@@ -136,6 +137,7 @@ class KnowledgeGraphBuilder(tfds_builder.Builder, skip_registration=True):
     label_names = graph.label_names or sorted(set(graph.entity_labels.values()))
     self.info.metadata["label_names"] = label_names
     self.info.metadata["skipped_triples"] = graph.skipped_triples
+    self.info.metadata["skipped_entities"] = graph.skipped_entities
     entity_index = {e: i for i, e in enumerate(graph.entity_ids)}
     relation_index = {r: i for i, r in enumerate(graph.relation_ids)}
     label_index = {label: i for i, label in enumerate(label_names)}

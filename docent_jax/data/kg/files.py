@@ -13,6 +13,7 @@ text are dropped and counted (BLP drops them), or rejected when `on_missing_text
 """
 import collections
 import dataclasses
+import sys
 from typing import Iterable, Literal, Mapping, Sequence
 
 from absl import logging
@@ -47,6 +48,9 @@ class ParsedGraph:
     label_names: all class labels, when fixed in advance (else the labels present).
     skipped_triples: triples of train/validation/test dropped because an entity
       had no description (the transductive copies are dropped too, uncounted).
+    skipped_entities: entities of the source left out because they had no
+      description (or, where the reader keeps only entities of triples, had no
+      triple left).
   """
   entity_ids: list[str]
   entity_texts: list[str]
@@ -57,9 +61,10 @@ class ParsedGraph:
   triples: dict[str, list[Triple]]
   label_names: list[str] | None = None
   skipped_triples: int = 0
+  skipped_entities: int = 0
 
 
-def _split_fields(path: epath.PathLike, num_fields: int) -> Iterable[tuple[int, list[str]]]:
+def split_fields(path: epath.PathLike, num_fields: int) -> Iterable[tuple[int, list[str]]]:
   """Yields (line number, fields) for tab-separated rows of exactly `num_fields` fields."""
   for number, line in io.row_lines(path):
     fields = line.split("\t", num_fields - 1) if num_fields == 2 else line.split("\t")
@@ -81,7 +86,7 @@ def read_id_texts(path: epath.PathLike) -> dict[str, str]:
   """Reads `id<TAB>text` rows; the text may be empty but must be present."""
   texts: dict[str, str] = {}
   first_line: dict[str, int] = {}
-  for number, (identifier, text) in _split_fields(path, 2):
+  for number, (identifier, text) in split_fields(path, 2):
     io.check_new_id(path, number, identifier, first_line)
     texts[identifier] = text.strip()
   return texts
@@ -93,7 +98,7 @@ def read_triples(path: epath.PathLike, known_relations: Sequence[str] | None = N
   relations = set(known_relations) if known_relations is not None else None
   entities = set(known_entities) if known_entities is not None else None
   triples = []
-  for number, (head, relation, tail) in _split_fields(path, 3):
+  for number, (head, relation, tail) in split_fields(path, 3):
     if not head or not relation or not tail:
       raise io.DataFormatError(f"{path}:{number}: empty field in triple {(head, relation, tail)!r}.")
     if relations is not None and relation not in relations:
@@ -102,7 +107,8 @@ def read_triples(path: epath.PathLike, known_relations: Sequence[str] | None = N
       for entity in (head, tail):
         if entity not in entities:
           raise io.DataFormatError(f"{path}:{number}: unknown entity {entity!r} (not in entities.txt).")
-    triples.append((head, relation, tail))
+    # Interned: an id repeats in many triples, and a large graph's triples then share one string per id.
+    triples.append((sys.intern(head), sys.intern(relation), sys.intern(tail)))
   return triples
 
 
@@ -206,6 +212,23 @@ def _warn_unseen_relations(triples: dict[str, list[Triple]], directory: epath.Pa
                       "are untrained.", directory, count, split, ", ".join(sorted(unseen)[:5]))
 
 
+def clean_triples(triples: dict[str, list[Triple]], texts: Mapping[str, str], directory: epath.Path,
+                  on_missing_text: Literal["skip", "error"] = "skip") -> tuple[dict[str, list[Triple]], int]:
+  """Drops triples whose entity has no text in `texts` and repeated triples; warns about relations no training
+  triple has. Returns the kept triples and the number of train/validation/test triples dropped for lack of text.
+
+  Args:
+    triples: split -> triples.
+    texts: entity id -> description, for every entity with one.
+    directory: the graph's directory, for messages.
+    on_missing_text: 'skip' drops and counts the triples whose entity has no text (BLP's protocol), 'error' raises.
+  """
+  triples, skipped = _drop_missing_text(triples, texts, on_missing_text, directory)
+  triples = _drop_repeated_triples(triples, directory)
+  _warn_unseen_relations(triples, directory)
+  return triples, skipped
+
+
 def read_kg_directory(directory: epath.PathLike,
                       on_missing_text: Literal["skip", "error"] = "skip") -> ParsedGraph:
   """Reads and validates a knowledge-graph directory in the KG-BERT layout.
@@ -270,11 +293,9 @@ def read_kg_directory(directory: epath.PathLike,
   triples = {split: main_triples[split] for split in SPLITS}
   if inductive is not None and transductive is not None:
     triples.update({f"transductive_{split}": transductive[split] for split in SPLITS})
-  triples, skipped = _drop_missing_text(triples, texts, on_missing_text, directory)
-  triples = _drop_repeated_triples(triples, directory)
-  _warn_unseen_relations(triples, directory)
+  triples, skipped = clean_triples(triples, texts, directory, on_missing_text)
 
-  entity_split = _entity_split(entity_ids, triples, class_split)
+  entity_split = assign_entity_splits(entity_ids, triples, class_split)
   if inductive is not None:
     _check_inductive(triples, entity_split, directory)
 
@@ -292,11 +313,12 @@ def read_kg_directory(directory: epath.PathLike,
       entity_labels={e: labels[e] for e in entity_ids if e in labels},
       entity_split=entity_split,
       triples=triples,
-      skipped_triples=skipped)
+      skipped_triples=skipped,
+      skipped_entities=len(candidates) - len(entity_ids))
 
 
-def _entity_split(entity_ids: Sequence[str], triples: Mapping[str, Sequence[Triple]],
-                  class_split: Mapping[str, str]) -> dict[str, str]:
+def assign_entity_splits(entity_ids: Sequence[str], triples: Mapping[str, Sequence[Triple]],
+                         class_split: Mapping[str, str]) -> dict[str, str]:
   """Assigns each entity to the split where it first appears.
 
   Class files decide when they list the entity. Otherwise the entity belongs to

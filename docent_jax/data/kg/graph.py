@@ -9,6 +9,7 @@ import numpy as np
 from docent_jax.data import fingerprint
 from docent_jax.data import tfds_loading
 from docent_jax.data.kg import builders as kg_builders
+from docent_jax.data.kg import wikidata5m
 from docent_jax.data.kg import wordnet_kg
 
 SPLITS = kg_builders.TRIPLE_SPLITS
@@ -16,6 +17,7 @@ BUILDERS: dict[str, type[kg_builders.KnowledgeGraphBuilder]] = {
     "wordnet_kg": wordnet_kg.WordnetKg,
     "wn18rr": kg_builders.Wn18rr,
     "fb15k237": kg_builders.Fb15k237,
+    "wikidata5m": wikidata5m.Wikidata5m,
 }
 
 
@@ -93,11 +95,11 @@ def load_knowledge_graph(dataset: str, *, data_dir: epath.PathLike | None = None
   """Builds the dataset if needed (array_record under `data_dir`) and loads it.
 
   Args:
-    dataset: 'wordnet_kg', 'wn18rr' or 'fb15k237', optionally with a config
+    dataset: 'wordnet_kg', 'wn18rr', 'fb15k237' or 'wikidata5m', optionally with a config
       ('wordnet_kg/subgraph_3000', 'wn18rr/subgraph_5000_seed1'), or a
       directory in the KG-BERT layout.
     data_dir: the TFDS data directory (TFDS's default when None).
-    manual_dir: the source files for 'wn18rr' / 'fb15k237' (downloaded when None).
+    manual_dir: the source files for 'wn18rr' / 'fb15k237' / 'wikidata5m' (downloaded when None).
     max_entities: keep a connected subgraph of this many entities.
     seed: seeds the subgraph and, for 'wordnet_kg', the entity split.
 
