@@ -33,9 +33,10 @@ def data(dataset: str, max_len: int) -> ml_collections.ConfigDict:
 
 def bert_model(pretrained: str = "minilm-l6") -> ml_collections.ConfigDict:
   """pretrained: an alias or a Hugging Face BERT or RoBERTa directory (tokenizer: the same directory, for
-  RoBERTa); "" = a fresh BERT shaped by `bert`."""
+  RoBERTa); "" = a fresh BERT shaped by `bert`. dtype: what the encoder computes in (params and optimizer
+  state stay float32); remat: recompute each layer's activations in the backward pass to save memory."""
   return ml_collections.ConfigDict(dict(
-      pretrained=pretrained, tokenizer="minilm-l6", dtype="float32",
+      pretrained=pretrained, tokenizer="minilm-l6", dtype="float32", remat=False,
       bert=dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)))
 
 

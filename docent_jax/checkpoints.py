@@ -25,9 +25,9 @@ LOCK_FILE = "training.lock"  # Held by the process 0 of the job training in the 
 DATA_FILE = "data.json"  # The fingerprint of the data the run trained on.
 
 # Keys that may change between a run and its restart without changing what is trained: where it
-# runs (mesh), how often it reports or saves, how it evaluates (`eval`, `evals`), and which other
-# runs share its workdir (`baselines`, `finetune`).
-RESTART_SAFE_KEYS = ("mesh", "train.log_every_steps", "train.checkpoint_every_steps", "train.keep_checkpoints",
+# runs (mesh), whether it recomputes activations to save memory (model.remat), how often it reports or
+# saves, how it evaluates (`eval`, `evals`), and which other runs share its workdir (`baselines`, `finetune`).
+RESTART_SAFE_KEYS = ("mesh", "model.remat", "train.log_every_steps", "train.checkpoint_every_steps", "train.keep_checkpoints",
                      "eval", "evals", "baselines", "finetune")
 
 

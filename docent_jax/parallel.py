@@ -14,6 +14,7 @@ import weakref
 from absl import logging
 import flax.linen as nn
 import jax
+from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 import ml_collections
 import numpy as np
@@ -111,6 +112,17 @@ def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh,
   rows, shared = batch_sharding(mesh), replicated(mesh)
   return {k: jax.make_array_from_process_local_data(shared if k in shared_keys else rows, np.asarray(v))
           for k, v in local_batch.items()}
+
+
+def fetch(tree: Any) -> Any:
+  """Host (numpy) copies of a pytree's arrays, whole on every process: an array split over processes, which
+  `jax.device_get` refuses, is gathered from all of them (every process must call this)."""
+  def get(x: Any) -> np.ndarray:
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+      return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+  return jax.tree.map(get, tree)
 
 
 def pad_to_multiple(array: np.ndarray, multiple: int) -> tuple[np.ndarray, int]:

@@ -3,9 +3,12 @@ import collections
 import json
 import math
 
+import jax
+import ml_collections
 import numpy as np
 import pytest
 
+from docent_jax import parallel
 from docent_jax.evaluation import bm25
 from docent_jax.evaluation import movie_search
 
@@ -81,6 +84,35 @@ def test_evaluate_search():
                                   "search_num_queries": 2})
   with pytest.raises(ValueError, match=r"scores \[2, E\]"):
     movie_search.evaluate_search(scores[:1], query_set)
+
+
+def _tied_search_problem(seed: int, num_queries: int = 37, num_candidates: int = 203, dim: int = 4):
+  """Small-integer vectors, so every score is exact and many tie; relevant sets of 1 to 40 candidates."""
+  rng = np.random.default_rng(seed)
+  queries = rng.integers(-2, 3, (num_queries, dim)).astype(np.float32)
+  candidates = rng.integers(-1, 2, (num_candidates, dim)).astype(np.float32)
+  relevant = [np.sort(rng.choice(num_candidates, rng.integers(1, 41), replace=False)) for _ in range(num_queries)]
+  return queries, candidates, movie_search.QuerySet([f"q{i}" for i in range(num_queries)], relevant)
+
+
+@pytest.mark.parametrize("mesh_shape", [None, (2, 4), (8, 1)])
+def test_search_by_vectors_equals_search_on_the_full_scores(mesh_shape):
+  queries, candidates, query_set = _tied_search_problem(seed=len(str(mesh_shape)))
+  expected = movie_search.evaluate_search(queries @ candidates.T, query_set, ks=(1, 10, 50, 500))
+  mesh = parallel.create_mesh(ml_collections.ConfigDict(dict(shape=mesh_shape))) if mesh_shape else None
+  # Blocks of 16 candidates: several per device, the last one padded; queries in batches with a padded last one.
+  result = movie_search.search_by_vectors(queries, candidates, query_set, ks=(1, 10, 50, 500), mesh=mesh,
+                                          query_batch=16, candidate_block=16)
+  assert result == pytest.approx(expected, abs=1e-12)
+  assert expected["search_mrr"] < 0.9  # Not a trivial problem: relevant candidates lose and tie.
+
+
+def test_search_by_vectors_rejects_mismatched_inputs():
+  queries, candidates, query_set = _tied_search_problem(seed=0)
+  with pytest.raises(ValueError, match="Expected query_vectors"):
+    movie_search.search_by_vectors(queries[:-1], candidates, query_set)
+  with pytest.raises(ValueError, match="outside the 20 candidates"):
+    movie_search.search_by_vectors(queries, candidates[:20], query_set)
 
 
 def test_bag_of_sentences_search_scores():

@@ -4,7 +4,6 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 
@@ -190,25 +189,43 @@ def test_a_model_without_training_steps_keeps_its_initial_state(kg_dir, tfds_dir
   _assert_trees_close(jax.device_get(train.Trainer(config, tmp_path).train()[0]), initial, atol=0)
 
 
-def test_sharded_mesh_gives_single_device_loss_and_gradients(kg_dir, tfds_dir):
-  def loss_and_grads(shape):
-    config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
-    config.mesh.shape = shape
-    config.model.bert.hidden_size = 64  # Divisible by 4: the model axis really splits the projections.
-    config.model.bert.intermediate_size = 128
-    trainer = train.Trainer(config, "unused")
-    state = trainer.initial_state()
-    batch = parallel.global_batch(next(iter(trainer.objective.train_batches(0))), trainer.mesh)
-    grad_fn = jax.jit(jax.value_and_grad(trainer.objective.loss, has_aux=True))
-    (loss, _), grads = grad_fn(state.params, batch, jax.random.key(3))
-    specs = {str(x.sharding.spec) for x in jax.tree.leaves(state.params)}
-    return float(loss), jax.device_get(grads), specs
+def _loss_and_grads(kg_dir, tfds_dir, shape=(1, 1), dtype="float32", remat=False):
+  """Loss, gradients and param shardings of one step on the tiny KG's first batch, with the given mesh and model."""
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  config.mesh.shape = shape
+  config.model.bert.hidden_size = 64  # Divisible by 4: the model axis really splits the projections.
+  config.model.bert.intermediate_size = 128
+  config.model.update(dtype=dtype, remat=remat)
+  trainer = train.Trainer(config, "unused")
+  state = trainer.initial_state()
+  assert {x.dtype for x in jax.tree.leaves((state.params, state.opt_state)) if x.ndim} == {np.dtype("float32")}
+  batch = parallel.global_batch(next(iter(trainer.objective.train_batches(0))), trainer.mesh)
+  grad_fn = jax.jit(jax.value_and_grad(trainer.objective.loss, has_aux=True))
+  (loss, _), grads = grad_fn(state.params, batch, jax.random.key(3))
+  specs = {str(x.sharding.spec) for x in jax.tree.leaves(state.params)}
+  return float(loss), jax.device_get(grads), specs
 
-  loss_1, grads_1, _ = loss_and_grads((1, 1))
-  loss_8, grads_8, specs = loss_and_grads((2, 4))
+
+def test_sharded_mesh_gives_single_device_loss_and_gradients(kg_dir, tfds_dir):
+  loss_1, grads_1, _ = _loss_and_grads(kg_dir, tfds_dir, (1, 1))
+  loss_8, grads_8, specs = _loss_and_grads(kg_dir, tfds_dir, (2, 4))
   assert any("model" in spec for spec in specs), specs
   assert loss_8 == pytest.approx(loss_1, rel=1e-5)
   _assert_trees_close(grads_8, grads_1, atol=1e-5)
+
+
+def test_remat_changes_nothing_and_bfloat16_stays_close_to_float32(kg_dir, tfds_dir):
+  loss, grads, _ = _loss_and_grads(kg_dir, tfds_dir)
+  remat_loss, remat_grads, _ = _loss_and_grads(kg_dir, tfds_dir, remat=True)
+  assert remat_loss == pytest.approx(loss, rel=1e-6)  # Same dropout masks: the recomputation draws the same bits.
+  _assert_trees_close(remat_grads, grads, atol=1e-6)
+  # bf16 compute, float32 params and optimizer state (checked in `_loss_and_grads`) and gradients.
+  bf16_loss, bf16_grads, _ = _loss_and_grads(kg_dir, tfds_dir, dtype="bfloat16")
+  assert bf16_loss == pytest.approx(loss, rel=2e-2)
+  assert {x.dtype for x in jax.tree.leaves(bf16_grads)} == {np.dtype("float32")}
+  flat, bf16_flat = (np.concatenate([np.ravel(x) for x in jax.tree.leaves(g)]) for g in (grads, bf16_grads))
+  cosine = flat @ bf16_flat / np.linalg.norm(flat) / np.linalg.norm(bf16_flat)
+  assert cosine > 0.99, cosine
 
 
 def _main_command(kg_dir, tfds_dir, workdir, *extra):
@@ -223,18 +240,11 @@ def _main_command(kg_dir, tfds_dir, workdir, *extra):
           *overrides, *extra]
 
 
-def _env(num_devices: int) -> dict:
-  env = dict(os.environ)
-  env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices} {tiny_training.FAST_COMPILE_XLA_FLAGS}"
-  env["JAX_PLATFORMS"] = "cpu"
-  return env
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(kg_dir, tfds_dir, tmp_path_factory) -> pathlib.Path:
   """The workdir of `_main_command` run to the end in one process on 2 devices."""
   workdir = tmp_path_factory.mktemp("uninterrupted") / "run"
-  subprocess.run(_main_command(kg_dir, tfds_dir, workdir), cwd=REPO_ROOT, env=_env(2), check=True,
+  subprocess.run(_main_command(kg_dir, tfds_dir, workdir), cwd=REPO_ROOT, env=tiny_training.subprocess_env(2), check=True,
                  capture_output=True)
   return workdir
 
@@ -258,28 +268,22 @@ def test_kill_and_resume_matches_uninterrupted_run(kg_dir, tfds_dir, uninterrupt
       "sys.argv = sys.argv[1:]\n"
       "app.run(main.main)\n")
   command = _main_command(kg_dir, tfds_dir, killed)
-  run = subprocess.run([sys.executable, "-c", script, *command[2:]], cwd=REPO_ROOT, env=_env(2),
+  run = subprocess.run([sys.executable, "-c", script, *command[2:]], cwd=REPO_ROOT, env=tiny_training.subprocess_env(2),
                        capture_output=True)
   assert run.returncode == -signal.SIGKILL, run.stderr.decode()[-2000:]
   assert not (killed / "results.json").exists()
-  subprocess.run(command, cwd=REPO_ROOT, env=_env(2), check=True, capture_output=True)
+  subprocess.run(command, cwd=REPO_ROOT, env=tiny_training.subprocess_env(2), check=True, capture_output=True)
   _assert_trees_close(_final_params(killed), _final_params(uninterrupted), atol=1e-6)
   assert json.loads((killed / "results.json").read_text()) == pytest.approx(
       json.loads((uninterrupted / "results.json").read_text()), abs=1e-6)
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 def test_two_processes_match_one_process(kg_dir, tfds_dir, uninterrupted, tmp_path):
   multi = tmp_path / "multi"
-  address = f"127.0.0.1:{_free_port()}"
+  address = f"127.0.0.1:{tiny_training.free_port()}"
   processes = [subprocess.Popen(_main_command(kg_dir, tfds_dir, multi, f"--coordinator_address={address}",
                                               "--num_processes=2", f"--process_id={i}"),
-                                cwd=REPO_ROOT, env=_env(1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                                cwd=REPO_ROOT, env=tiny_training.subprocess_env(1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
                for i in range(2)]
   outputs = [p.communicate(timeout=600)[0].decode() for p in processes]
   for process, output in zip(processes, outputs):

@@ -1,5 +1,7 @@
 """What every end-to-end test config shares: a small, freshly initialised BERT and a short, fast schedule."""
+import os
 import pathlib
+import socket
 
 import ml_collections
 
@@ -32,3 +34,18 @@ def shrink(config: ml_collections.ConfigDict, tfds_dir: pathlib.Path, *, max_len
   config.train.checkpoint_every_steps = checkpoint_every_steps
   config.eval.batch_size = eval_batch_size
   return config
+
+
+def subprocess_env(num_devices: int) -> dict[str, str]:
+  """The environment of a child Python process on `num_devices` CPU devices, compiling quickly."""
+  env = dict(os.environ)
+  env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices} {FAST_COMPILE_XLA_FLAGS}"
+  env["JAX_PLATFORMS"] = "cpu"
+  return env
+
+
+def free_port() -> int:
+  """A TCP port nothing listens on now, for a `jax.distributed` coordinator."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]

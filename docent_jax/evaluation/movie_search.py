@@ -21,6 +21,7 @@ from absl import logging
 from etils import epath
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import numpy as np
 
 from docent_jax.data import io
@@ -203,3 +204,131 @@ def bag_of_sentences_search_scores(query_emb: np.ndarray | jax.Array, sentence_e
   entity_blocks = np.pad(sentence_entity.astype(np.int32), (0, padding), constant_values=num_entities)
   scores = _max_cosine(query_emb, sentence_blocks, jnp.asarray(entity_blocks.reshape(-1, block_size)), num_entities)
   return np.asarray(scores)
+
+
+def _query_counts(queries: jax.Array, candidate_blocks: jax.Array, relevant: jax.Array, num_candidates: int,
+                  axes: tuple[str, ...]) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """This device's part of `search_by_vectors`: (relevant scores, # candidates above, # tied) [Q, R].
+
+  candidate_blocks: this device's [num_blocks, B, d]; relevant: [Q, R] candidate positions, -1 = padding.
+  """
+  num_blocks, block_size, _ = candidate_blocks.shape
+  first = jax.lax.axis_index(axes) * num_blocks * block_size if axes else 0
+  offsets = first + jnp.arange(num_blocks) * block_size
+  # Scan carries start out the same on every device but become this device's own.
+  varying = (lambda x: jax.lax.pcast(x, axes, to="varying")) if axes else (lambda x: x)
+
+  def block_scores(block, offset):
+    scores = jnp.einsum("qd,bd->qb", queries, block, preferred_element_type=jnp.float32)
+    return jnp.where(offset + jnp.arange(block_size) < num_candidates, scores, -jnp.inf)
+
+  # Two passes over the same block products: the relevant candidates' scores must be the very numbers
+  # they are compared with, or a tie could count as a candidate above.
+  def gather(found, block_and_offset):
+    scores = block_scores(*block_and_offset)
+    local = relevant - block_and_offset[1]
+    inside = (relevant >= 0) & (local >= 0) & (local < block_size)
+    picked = jnp.take_along_axis(scores, jnp.clip(local, 0, block_size - 1), axis=1)
+    return jnp.where(inside, picked, found), None
+
+  relevant_scores, _ = jax.lax.scan(gather, varying(jnp.full(relevant.shape, -jnp.inf)), (candidate_blocks, offsets))
+  if axes:
+    relevant_scores = jax.lax.pmax(relevant_scores, axes)
+
+  def count(totals, block_and_offset):
+    # Sorted block scores answer "how many above / tied" for every relevant score by binary search.
+    ordered = jnp.sort(block_scores(*block_and_offset), axis=1)
+    below_or_tied = jax.vmap(lambda s, r: jnp.searchsorted(s, r, side="right"))(ordered, relevant_scores)
+    below = jax.vmap(lambda s, r: jnp.searchsorted(s, r, side="left"))(ordered, relevant_scores)
+    above, tied = totals
+    return (above + block_size - below_or_tied, tied + below_or_tied - below), None
+
+  zeros = varying(jnp.zeros(relevant.shape, jnp.int32))
+  (above, tied), _ = jax.lax.scan(count, (zeros, zeros), (candidate_blocks, offsets))
+  if axes:
+    above, tied = jax.lax.psum(above, axes), jax.lax.psum(tied, axes)
+  return relevant_scores, above, tied
+
+
+@functools.partial(jax.jit, static_argnames=("num_candidates", "mesh"))
+def _sharded_query_counts(queries: jax.Array, candidate_blocks: jax.Array, relevant: jax.Array, num_candidates: int,
+                          mesh: Mesh | None) -> tuple[jax.Array, jax.Array, jax.Array]:
+  if mesh is None:
+    return _query_counts(queries, candidate_blocks, relevant, num_candidates, ())
+  axes = tuple(mesh.axis_names)
+  local = functools.partial(_query_counts, num_candidates=num_candidates, axes=axes)
+  return jax.shard_map(local, mesh=mesh, in_specs=(PartitionSpec(), PartitionSpec(axes), PartitionSpec()),
+                       out_specs=(PartitionSpec(),) * 3)(queries, candidate_blocks, relevant)
+
+
+def _global_array(array: np.ndarray, mesh: Mesh | None, spec: PartitionSpec) -> jax.Array:
+  """`array` (the same on every process) laid out on `mesh` by `spec`; on the default device without a mesh."""
+  if mesh is None:
+    return jnp.asarray(array)
+  return jax.make_array_from_callback(array.shape, NamedSharding(mesh, spec), lambda index: array[index])
+
+
+def _metrics_from_counts(relevant_scores: np.ndarray, above: np.ndarray, tied: np.ndarray, valid: np.ndarray,
+                         ks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+  """Per query, the reciprocal rank and Recall@k of `metrics.reciprocal_rank` / `metrics.recall_at_k`.
+
+  Each relevant candidate with a candidates above and t tied (itself included) sits at rank a + 1 .. a + t,
+  each equally likely: it is in the top k with probability clip(k - a, 0, t) / t.
+  """
+  best = np.max(np.where(valid, relevant_scores, -np.inf), axis=1)
+  at_best = valid & (relevant_scores == best[:, None])
+  first = np.argmax(at_best, axis=1)
+  rows = np.arange(len(best))
+  num_tied_relevant = at_best.sum(axis=1)
+  ranks = 1.0 + above[rows, first] + (tied[rows, first] - num_tied_relevant) / (num_tied_relevant + 1)
+  ks = np.asarray(ks)
+  tied = np.maximum(tied, 1)  # Padding entries count nothing.
+  in_top = np.clip(ks[None, None, :] - above[:, :, None], 0, tied[:, :, None]) / tied[:, :, None]
+  hits = np.where(valid[:, :, None], in_top, 0.0).sum(axis=1)
+  return 1.0 / ranks, hits / valid.sum(axis=1, keepdims=True)
+
+
+def search_by_vectors(query_vectors: np.ndarray | jax.Array, candidate_vectors: np.ndarray, query_set: QuerySet, *,
+                      ks: Sequence[int] = (10, 50, 100), mesh: Mesh | None = None, query_batch: int = 64,
+                      candidate_block: int = 4096) -> dict[str, float | int]:
+  """`evaluate_search` of the scores query_vectors @ candidate_vectors^T, without forming them.
+
+  The candidates are split by rows over every device of `mesh` (all processes); each device scores every
+  query against its rows, `candidate_block` rows at a time, and counts the rows above and tied with each
+  relevant candidate; the counts are summed over devices. No [Q, E] matrix exists anywhere, and the
+  metrics, ties included, are those of `evaluate_search` on the full score matrix. Every process passes
+  the same arrays and gets the same metrics.
+  """
+  query_vectors, candidate_vectors = np.asarray(query_vectors, np.float32), np.asarray(candidate_vectors, np.float32)
+  if (query_vectors.ndim != 2 or candidate_vectors.ndim != 2 or len(query_vectors) != len(query_set)
+      or query_vectors.shape[1] != candidate_vectors.shape[1]):
+    raise ValueError(f"Expected query_vectors [{len(query_set)}, d] and candidate_vectors [E, d]; got "
+                     f"{query_vectors.shape} and {candidate_vectors.shape}.")
+  num_candidates = len(candidate_vectors)
+  if any(r.size and (r.min() < 0 or r.max() >= num_candidates) for r in query_set.relevant):
+    raise ValueError(f"A query's relevant entity lies outside the {num_candidates} candidates.")
+  num_shards = mesh.size if mesh is not None else 1
+  block_size = min(candidate_block, -(-num_candidates // num_shards))
+  padding = -num_candidates % (block_size * num_shards)
+  blocks = np.pad(candidate_vectors, ((0, padding), (0, 0))).reshape(-1, block_size, candidate_vectors.shape[1])
+  blocks = _global_array(blocks, mesh, PartitionSpec(tuple(mesh.axis_names)) if mesh is not None else None)
+  reciprocal_ranks, recalls = [], []
+  for begin in range(0, len(query_set), query_batch):
+    relevant = query_set.relevant[begin:begin + query_batch]
+    # Power-of-two widths and a fixed batch keep the compiled shapes few.
+    width = 1 << (max(len(r) for r in relevant) - 1).bit_length()
+    padded = np.full((query_batch, width), -1, np.int32)
+    for row, r in enumerate(relevant):
+      padded[row, :len(r)] = r
+    queries = np.zeros((query_batch, query_vectors.shape[1]), np.float32)
+    queries[:len(relevant)] = query_vectors[begin:begin + len(relevant)]
+    counts = _sharded_query_counts(_global_array(queries, mesh, PartitionSpec()), blocks,
+                                   _global_array(padded, mesh, PartitionSpec()), num_candidates, mesh)
+    scores, above, tied = (np.asarray(x)[:len(relevant)] for x in counts)
+    reciprocal_rank, recall = _metrics_from_counts(scores, above, tied, padded[:len(relevant)] >= 0, ks)
+    reciprocal_ranks.append(reciprocal_rank)
+    recalls.append(recall)
+  result = {"search_mrr": float(np.concatenate(reciprocal_ranks).mean())}
+  result.update({f"search_recall@{k}": float(r) for k, r in zip(ks, np.concatenate(recalls).mean(axis=0))})
+  result["search_num_queries"] = len(query_set)
+  return result

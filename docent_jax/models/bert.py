@@ -34,6 +34,9 @@ class BertConfig:
   initializer_range: float = 0.02
   pad_token_id: int = 0
   model_type: str = "bert"  # One of MODEL_TYPES; 'roberta' takes RoBERTa's position ids and checkpoint names.
+  # Not a Hugging Face field: recompute each layer's activations in the backward pass instead of keeping them
+  # (less memory for one more forward pass per layer); params and results are unchanged.
+  remat: bool = False
 
   def __post_init__(self):
     if self.hidden_size % self.num_attention_heads:
@@ -234,7 +237,7 @@ class BertLayer(nn.Module):
   param_dtype: Dtype = jnp.float32
 
   @nn.compact
-  def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool) -> jax.Array:
+  def __call__(self, x: jax.Array, mask: jax.Array, deterministic: bool) -> jax.Array:
     config = self.config
     x = BertAttention(config, self.dtype, self.param_dtype, name="attention")(x, mask, deterministic=deterministic)
     h = _dense(config.intermediate_size, config, ("embed", "mlp"), self.dtype, self.param_dtype,
@@ -258,7 +261,9 @@ class BertModel(nn.Module):
 
   def setup(self):
     self.embeddings = BertEmbeddings(self.config, self.dtype, self.param_dtype)
-    self.layers = [BertLayer(self.config, self.dtype, self.param_dtype, name=f"layer_{i}")
+    # `deterministic` (argument 3, counting the module) picks Python branches, so it stays static under remat.
+    layer = nn.remat(BertLayer, static_argnums=(3,)) if self.config.remat else BertLayer
+    self.layers = [layer(self.config, self.dtype, self.param_dtype, name=f"layer_{i}")
                    for i in range(self.config.num_hidden_layers)]
     if self.add_pooler:
       self.pooler = _dense(self.config.hidden_size, self.config, ("embed", None), self.dtype, self.param_dtype,
@@ -277,7 +282,7 @@ class BertModel(nn.Module):
     x = self.embeddings(input_ids, token_type_ids, deterministic=deterministic, input_embeddings=input_embeddings)
     mask = attention_mask[:, None, None, :].astype(bool)
     for layer in self.layers:
-      x = layer(x, mask, deterministic=deterministic)
+      x = layer(x, mask, deterministic)
     pooled = jnp.tanh(self.pooler(x[:, 0])) if self.add_pooler else None
     return BertOutput(last_hidden_state=x, pooler_output=pooled)
 

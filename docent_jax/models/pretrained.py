@@ -14,6 +14,7 @@ from absl import logging
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
 from docent_jax.models import bert
@@ -260,6 +261,13 @@ def grow_vocabulary(config: bert.BertConfig, params: dict[str, Any],
     head = params[MLM_HEAD_KEY]
     params[MLM_HEAD_KEY] = {**head, "bias": grow(np.asarray(head["bias"]))}
   return dataclasses.replace(config, vocab_size=vocab_size), params
+
+
+def load_model_bert(model_config: ml_collections.ConfigDict,
+                    vocab_size: int) -> tuple[bert.BertConfig, dict[str, Any] | None]:
+  """`load_or_create_bert` of a config's `model` block: `pretrained`, else the fresh `bert` shape, with `remat`."""
+  config, params = load_or_create_bert(model_config.pretrained, model_config.bert.to_dict(), vocab_size)
+  return dataclasses.replace(config, remat=model_config.get("remat", False)), params
 
 
 def load_or_create_bert(name_or_path: str, fresh_config: dict[str, Any],

@@ -72,8 +72,7 @@ class BlpObjective(base.Objective):
     self.entity_tokens = tokenization.tokenize_texts(tokenizer, self.graph.entity_texts, config.data.max_len)
     self.scoring = relations.get_scoring_function(config.model.scoring)
     self.loss_fn = losses.get_link_prediction_loss(config.loss.name)
-    bert_config, self._bert_params = pretrained.load_or_create_bert(
-        config.model.pretrained, config.model.bert.to_dict(), tokenizer.vocab_size)
+    bert_config, self._bert_params = pretrained.load_model_bert(config.model, tokenizer.vocab_size)
     self.model = BlpModel(
         encoder=text_encoders.create_encoder(config.model.encoder, bert_config, config.model.dim,
                                              jnp.dtype(config.model.dtype)),
@@ -139,7 +138,7 @@ def evaluate_link_prediction(objective: BlpObjective, params: Any, split: str = 
   entities, among those only ('transfer', `<split>/transfer_mrr`, ...)."""
   graph = objective.graph
   embeddings = objective.entity_embeddings(params)
-  relation_embeddings = np.asarray(jax.device_get(params["relations"]["embedding"]))
+  relation_embeddings = parallel.fetch(params["relations"]["embedding"])
   # As in BLP, validation triples are ranked among the entities known by then (training and validation
   # entities), test triples among all.
   known = np.sort(np.concatenate([graph.entity_split["train"], graph.entity_split["validation"]]))

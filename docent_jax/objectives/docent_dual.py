@@ -149,8 +149,7 @@ class DocentDualObjective(ReviewBaselines, base.Objective):
     self.corpus = review_corpus.load_review_corpus(
         config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    bert_config, self._bert_params = pretrained.load_or_create_bert(
-        config.model.pretrained, config.model.bert.to_dict(), self.tokenizer.vocab_size)
+    bert_config, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
     self.model = dual_encoder.DualEncoder(
         bert_config, num_entities=self.corpus.num_entities, initial_scale=config.model.scale,
         learn_scale=config.model.learn_scale, dtype=jnp.dtype(config.model.dtype))
@@ -211,15 +210,16 @@ class DocentDualObjective(ReviewBaselines, base.Objective):
 
   def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:
     table = self.model.apply({"params": params}, method=dual_encoder.DualEncoder.entity_table)
-    return self.corpus.entity_ids, np.asarray(jax.device_get(table))
+    return self.corpus.entity_ids, parallel.fetch(table)
 
   def search(self, params: Any) -> dict[str, float]:
     """Zero-shot movie search by P(e | query): cosine of the query's f(q) and g(e)."""
     _, table = self.export_embeddings(params)
     results = {}
     for split, (movies, queries) in search_tasks(self.corpus, self.config.eval.search_min_votes).items():
-      scores = self.encode_texts(params, queries.queries) @ table[movies].T
-      results.update({f"{split}/{k}": v for k, v in movie_search.evaluate_search(scores, queries).items()})
+      metrics = movie_search.search_by_vectors(self.encode_texts(params, queries.queries), table[movies], queries,
+                                               mesh=self.mesh)
+      results.update({f"{split}/{k}": v for k, v in metrics.items()})
     return results
 
 

@@ -51,8 +51,7 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
     self.corpus = review_corpus.load_review_corpus(
         config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    self.bert_config, self._bert_params = pretrained.load_or_create_bert(
-        config.model.pretrained, config.model.bert.to_dict(), self.tokenizer.vocab_size)
+    self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
     self.model = docent_full.DocentFull(self.bert_config, num_entities=self.corpus.num_entities,
                                         dtype=jnp.dtype(config.model.dtype))
     tokenizer = self.tokenizer
@@ -178,31 +177,33 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
         "num_masked_words": jnp.sum(inputs["word_mask"]),
     }
 
-  def entity_scores(self, params: Any, texts: list[str]) -> np.ndarray:
-    """Logits over all entity rows at the masked entity position of `[CLS] [MASK] [SEP] text [SEP]`: [T, N]."""
+  def query_states(self, params: Any, texts: list[str]) -> np.ndarray:
+    """Output states at the masked entity position of `[CLS] [MASK] [SEP] text [SEP]`: [T, hidden]. Their
+    products with the entity output table are the logits over entities."""
     sentence_tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
-    return parallel.map_batches(self._entity_logits, params, sentence_tokens, batch_size=self.config.eval.batch_size,
-                                mesh=self.mesh)
+    return parallel.map_batches(self._masked_entity_states, params, sentence_tokens,
+                                batch_size=self.config.eval.batch_size, mesh=self.mesh)
 
-  def _entity_logits(self, params: Any, sentences: jax.Array) -> jax.Array:
+  def _masked_entity_states(self, params: Any, sentences: jax.Array) -> jax.Array:
     tokens, token_types = self.layout(sentences)
     batch = len(tokens)
     hidden = self.model.apply(
         {"params": params}, tokens, token_types, (tokens != self.special_ids["pad"]).astype(jnp.int32),
         jnp.zeros((batch,), jnp.int32), jnp.zeros((batch,), bool),
         jnp.full((batch, 1), docent_full.ENTITY_POSITION, jnp.int32))
-    _, _, table = self.model.apply({"params": params}, method=docent_full.DocentFull.output_tables)
-    return jnp.einsum("bd,nd->bn", hidden[:, 0], table, preferred_element_type=jnp.float32)
+    return hidden[:, 0].astype(jnp.float32)
 
   def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:
     _, _, table = self.model.apply({"params": params}, method=docent_full.DocentFull.output_tables)
-    return self.corpus.entity_ids, np.asarray(jax.device_get(table))
+    return self.corpus.entity_ids, parallel.fetch(table)
 
   def search(self, params: Any) -> dict[str, float]:
     """Zero-shot movie search on the tag queries of the evaluated movies, by P(e | query)."""
+    _, table = self.export_embeddings(params)
     results = {}
     for split, (movies, queries) in docent_dual.search_tasks(self.corpus, self.config.eval.search_min_votes).items():
       # The softmax's normaliser is shared by all entities, so logits rank like P(e | query).
-      scores = self.entity_scores(params, queries.queries)[:, movies]
-      results.update({f"{split}/{k}": v for k, v in movie_search.evaluate_search(scores, queries).items()})
+      metrics = movie_search.search_by_vectors(self.query_states(params, queries.queries), table[movies], queries,
+                                               mesh=self.mesh)
+      results.update({f"{split}/{k}": v for k, v in metrics.items()})
     return results

@@ -47,8 +47,7 @@ class FaqRetrievalObjective(base.Objective):
     self.faq = universal_corpus.load_faq(data.faq, data_dir=data.tfds_data_dir, manual_dir=data.manual_dir,
                                          test_fraction=data.test_fraction, seed=data.split_seed)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    self.bert_config, self._bert_params = pretrained.load_or_create_bert(
-        config.model.pretrained, config.model.bert.to_dict(), len(self.tokenizer))
+    self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, len(self.tokenizer))
     self.encoder = bert.BertModel(self.bert_config, dtype=jnp.dtype(config.model.dtype), add_pooler=False)
     self.question_tokens = self.tokenize(self.faq.questions)
     self.query_tokens = {split: self.tokenize(queries) for split, queries in self.faq.queries.items()}
@@ -66,7 +65,7 @@ class FaqRetrievalObjective(base.Objective):
 
   def pretrained_params(self) -> dict[str, Any]:
     if self.parent is not None:
-      return {"bert": jax.device_get(self.parent[1]["bert"])}
+      return {"bert": parallel.fetch(self.parent[1]["bert"])}
     return {} if self._bert_params is None else {"bert": self._bert_params}
 
   def encode(self, params: Any, tokens: jax.Array, *, deterministic: bool = True,

@@ -45,8 +45,7 @@ class PairMatchingObjective(base.Objective):
                   for split, p in self.corpus.pairs.items()}
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
                                                extra_special_tokens=(offer_files.COL_TOKEN, offer_files.VAL_TOKEN))
-    self.bert_config, self._bert_params = pretrained.load_or_create_bert(
-        config.model.pretrained, config.model.bert.to_dict(), len(self.tokenizer))
+    self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, len(self.tokenizer))
     self.model = self.create_model()
     self.inputs = self.pair_inputs()
 
@@ -71,7 +70,7 @@ class PairMatchingObjective(base.Objective):
       raise ValueError(f"{self.config.name}: objective 'pair_matching' fine-tunes another run's encoder; set "
                        "config.model_init to that run (a workdir, or a model of this config).")
     parent, parent_params = self.parent
-    params = {"bert": jax.device_get(parent_params["bert"])}
+    params = {"bert": parallel.fetch(parent_params["bert"])}
     if self.config.model.get("head_init", "fresh") == "probe":
       probe = parent.linear_probe(parent_params)
       params["head"] = {"output": {"kernel": probe.weights[:, None], "bias": np.array([probe.bias], np.float32)}}

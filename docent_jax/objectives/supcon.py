@@ -73,8 +73,7 @@ class SupconObjective(base.Objective):
                                                  manual_dir=config.data.manual_dir)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
                                                extra_special_tokens=(offer_files.COL_TOKEN, offer_files.VAL_TOKEN))
-    self.bert_config, self._bert_params = pretrained.load_or_create_bert(
-        config.model.pretrained, config.model.bert.to_dict(), len(self.tokenizer))
+    self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, len(self.tokenizer))
     self.encoder = bert.BertModel(self.bert_config, dtype=jnp.dtype(config.model.dtype), add_pooler=False)
     self.labels = offer_labels_of(self.corpus, config.loss.labels, fraction=config.loss.correspondence_fraction,
                                   seed=config.seed)

@@ -25,6 +25,7 @@ import ml_collections
 import numpy as np
 
 from docent_jax import evaluators
+from docent_jax import parallel
 from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.data.reviews import corpus as review_corpus
@@ -74,8 +75,7 @@ class TagFinetuningObjective(base.Objective):
       self.train_tags = self.eval_tags = np.arange(num_labels)
     self.options = tag_finetuning.step_options(config.eval)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    self.bert_config, self._bert_params = pretrained.load_or_create_bert(
-        config.model.pretrained, config.model.bert.to_dict(), self.tokenizer.vocab_size)
+    self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
     texts = self.label_set.texts
     self.train_tokens = tag_finetuning.label_tokens(self.tokenizer, [texts[t] for t in self.train_tags],
                                                     config.data.max_len)
@@ -141,7 +141,7 @@ class TagFinetuningObjective(base.Objective):
       raise ValueError(f"{self.config.name}: objective 'tag_finetuning' fine-tunes a DOCENT model's BERT; set "
                        "config.model_init to that run.")
     _, parent_params = self.parent
-    trained_bert = jax.device_get(parent_params["bert"])
+    trained_bert = parallel.fetch(parent_params["bert"])
     return trained_bert if self.config.tags.scorer == "dual" else {"bert": trained_bert}
 
   def _vectors(self) -> np.ndarray:

@@ -84,8 +84,7 @@ class UniversalObjective(base.Objective):
           data.ppdb_pack, data_dir=data.tfds_data_dir, max_pairs_per_class=data.max_pairs_per_class or None,
           seed=config.seed)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    self.bert_config, self._bert_params = pretrained.load_or_create_bert(
-        config.model.pretrained, config.model.bert.to_dict(), len(self.tokenizer))
+    self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, len(self.tokenizer))
     self.encoder = bert.BertModel(self.bert_config, dtype=jnp.dtype(config.model.dtype), add_pooler=False)
     self.heads = task_heads.TaskHeads(tuple((name, len(task.label_names)) for name, task in self.tasks.items()),
                                       self.bert_config.initializer_range)
