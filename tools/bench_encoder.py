@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import pathlib
+import platform
 import statistics
 import sys
 import time
@@ -104,6 +105,18 @@ def matmul_peak_gflops(size: int = 2048, repeats: int = 5) -> float:
   return 2 * size**3 / min(times) / 1e9
 
 
+def cpu_description() -> dict[str, str | list[str]]:
+  """The CPU model, its AVX flags, and the instruction sets XLA and PyTorch were allowed (environment caps)."""
+  info = pathlib.Path("/proc/cpuinfo").read_text() if pathlib.Path("/proc/cpuinfo").exists() else ""
+  model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
+  flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+  import torch  # pylint: disable=g-import-not-at-top
+  xla_isa = [f for f in os.environ.get("XLA_FLAGS", "").split() if f.startswith("--xla_cpu_max_isa")]
+  return {"cpu": model or platform.processor(), "avx_flags": sorted(f for f in flags if f.startswith("avx")),
+          "xla_max_isa": xla_isa[0].split("=", 1)[1] if xla_isa else "native",
+          "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--model", default="minilm-l6", help="Alias or Hugging Face-format directory.")
@@ -155,7 +168,7 @@ def main():
       "flax_first_last_loss": [round(flax_losses[0], 5), round(flax_losses[-1], 5)],
       "torch_first_last_loss": [round(torch_losses[0], 5), round(torch_losses[-1], 5)],
       "batch": args.batch, "length": args.length, "steps": args.steps, "cores": num_cores,
-      "jax_prng": jax.config.jax_default_prng_impl,
+      "jax_prng": jax.config.jax_default_prng_impl, **cpu_description(),
   }))
 
 
