@@ -25,10 +25,11 @@ LOCK_FILE = "training.lock"  # Held by the process 0 of the job training in the 
 DATA_FILE = "data.json"  # The fingerprint of the data the run trained on.
 
 # Keys that may change between a run and its restart without changing what is trained: where it
-# runs (mesh), whether it recomputes activations to save memory (model.remat), how often it reports or
-# saves, how it evaluates (`eval`, `evals`), and which other runs share its workdir (`baselines`, `finetune`).
-RESTART_SAFE_KEYS = ("mesh", "model.remat", "train.log_every_steps", "train.checkpoint_every_steps", "train.keep_checkpoints",
-                     "eval", "evals", "baselines", "finetune")
+# runs (mesh), how it reads batches ahead (data.num_workers, data.prefetch), whether it recomputes activations
+# to save memory (model.remat), how often it reports or saves, how it evaluates (`eval`, `evals`), and which
+# other runs share its workdir (`baselines`, `finetune`).
+RESTART_SAFE_KEYS = ("mesh", "data.num_workers", "data.prefetch", "model.remat", "train.log_every_steps",
+                     "train.checkpoint_every_steps", "train.keep_checkpoints", "eval", "evals", "baselines", "finetune")
 
 
 class ConfigMismatchError(RuntimeError):

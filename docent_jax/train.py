@@ -28,6 +28,7 @@ from docent_jax import evaluators
 from docent_jax import objectives
 from docent_jax import optim
 from docent_jax import parallel
+from docent_jax.data import pipeline
 from docent_jax.evaluation import seeds
 
 RESULTS_FILE = "results.json"
@@ -87,6 +88,10 @@ def check_config(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, row
   processes = jax.process_count()
   checks.append(("train.global_batch_size", train.global_batch_size, train.global_batch_size % processes == 0,
                  f"must split evenly over the {processes} processes"))
+  for key in ("num_workers", "prefetch"):
+    value = config.get("data", {}).get(key, 0)
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    checks.append((f"data.{key}", value, ok, "must be an integer, 0 or more"))
   if "dtype" in config.get("model", {}):
     dtype = config.model.dtype
     checks.append(("model.dtype", dtype, dtype in MODEL_DTYPES, f"valid: {list(MODEL_DTYPES)}"))
@@ -199,8 +204,9 @@ class Trainer:
                                          every_steps=config.train.checkpoint_every_steps,
                                          keep=config.train.keep_checkpoints)
     best = self._best_params()
-    loader = self.objective.train_batches(config.seed)
-    batches = iter(loader)
+    batches = pipeline.batch_iterator(self.objective.train_batches(config.seed),
+                                      num_workers=config.data.get("num_workers", 0),
+                                      prefetch=config.data.get("prefetch", 0))
     latest = manager.latest_step()
     if latest is None:
       state = self.initial_state()
@@ -248,6 +254,7 @@ class Trainer:
     elif start == num_steps and periodic and best is not None and best.best_step() is None:
       # Finished before its last evaluation (e.g. killed right after the last checkpoint).
       last_metrics = self._evaluate_periodic(num_steps, state, periodic, writer, best)
+    batches.close()  # Stops its reading thread or worker processes.
     manager.wait_until_finished()
     manager.close()
     writer.flush()

@@ -1,18 +1,32 @@
-"""Tests of tokenization and the grain triple pipeline (resume, Orbax checkpointing)."""
+"""Tests of tokenization, the grain triple pipeline (resume, Orbax checkpointing) and the read-ahead of
+`pipeline.batch_iterator` (worker processes, a thread) on BLP's and DOCENT-DUAL's batches."""
 import importlib.util
+import multiprocessing
+import os
 import pathlib
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import grain
+import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 from transformers import AutoTokenizer
 
+from configs import default
+from docent_jax import parallel
+from docent_jax import train
 from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.data.kg import graph as knowledge_graph
+from docent_jax.data.reviews import corpus as review_corpus
+from docent_jax.data.reviews import pipeline as review_pipeline
+import kg_fixtures
 
 MAX_LEN = 16
 
@@ -110,8 +124,9 @@ def test_iterator_state_resumes_exactly(kg, entity_tokens):
 
 
 def test_orbax_saves_iterator_state_with_params(kg, entity_tokens, tmp_path):
-  def make_iterator():
-    return iter(pipeline.triple_batches(kg.triple_sources["train"], entity_tokens, global_batch_size=16, seed=5))
+  def make_iterator():  # As the trainer iterates: read ahead by a thread.
+    loader = pipeline.triple_batches(kg.triple_sources["train"], entity_tokens, global_batch_size=16, seed=5)
+    return pipeline.batch_iterator(loader, prefetch=2)
 
   iterator = make_iterator()
   _take(iterator, 4)
@@ -132,3 +147,120 @@ def test_batch_larger_than_shard_is_rejected(kg, entity_tokens):
   with pytest.raises(ValueError, match="fewer than one batch"):
     pipeline.triple_batches(kg.triple_sources["train"], entity_tokens,
                             global_batch_size=len(kg.triples["train"]) + 1, seed=0)
+
+
+@pytest.fixture(scope="module")
+def reviews(reviews_dir, reviews_tfds_dir) -> review_corpus.ReviewCorpus:
+  return review_corpus.load_review_corpus(str(reviews_dir), data_dir=reviews_tfds_dir)
+
+
+@pytest.fixture(params=["blp_triples", "docent_sentences"])
+def make_loader(request, kg, entity_tokens, reviews, tokenizer):
+  """A fresh loader of BLP's triple batches (token rows gathered) or DOCENT-DUAL's sentence batches (tokenized
+  per batch), as `train_batches` returns them."""
+  if request.param == "blp_triples":
+    return lambda: pipeline.triple_batches(kg.triple_sources["train"], entity_tokens, global_batch_size=16, seed=3)
+  return lambda: review_pipeline.sentence_batches(reviews.sentence_source, tokenizer, global_batch_size=8, seed=3,
+                                                  max_len=MAX_LEN)
+
+
+# (num_workers, prefetch): in the training process without and with a reading thread, then worker processes.
+READ_AHEAD = [(0, 0), (0, 2), (1, 2), (2, 1)]
+
+
+def test_workers_and_prefetch_give_the_same_batches_and_resume_exactly(make_loader):
+  plain = iter(make_loader())  # grain's own iterator, as before read-ahead existed.
+  expected = _take(plain, 5)
+  saved = plain.get_state()
+  expected += _take(plain, 3)
+  for number, (num_workers, prefetch) in enumerate(READ_AHEAD):
+    iterator = pipeline.batch_iterator(make_loader(), num_workers=num_workers, prefetch=prefetch)
+    _assert_same_batches(_take(iterator, 5), expected[:5])
+    assert iterator.get_state() == saved  # One state format, whatever reads the batches.
+    iterator.close()
+    # Restored into a fresh iterator that reads with the next setting: the state does not depend on it.
+    num_workers, prefetch = READ_AHEAD[(number + 1) % len(READ_AHEAD)]
+    restored = pipeline.batch_iterator(make_loader(), num_workers=num_workers, prefetch=prefetch)
+    restored.set_state(saved)
+    _assert_same_batches(_take(restored, 3), expected[5:])
+    restored.close()
+
+
+def test_workers_read_only_this_process_rows(kg, entity_tokens, monkeypatch):
+  def loader():
+    return pipeline.triple_batches(kg.triple_sources["train"], entity_tokens, global_batch_size=16, seed=4)
+
+  global_batches = _take(iter(loader()), 3)
+  # The second of two processes: its rows are fixed when the pipeline is built, before any worker starts.
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  monkeypatch.setattr(jax, "process_index", lambda: 1)
+  iterator = pipeline.batch_iterator(loader(), num_workers=1, prefetch=1)
+  _assert_same_batches(_take(iterator, 3), [{k: v[8:] for k, v in batch.items()} for batch in global_batches])
+  iterator.close()
+
+
+def test_batches_workers_cannot_receive_are_read_in_a_thread():
+  lock = threading.Lock()  # Cannot be pickled for a worker process.
+
+  def read(index):
+    with lock:
+      return {"x": np.full(2, index)}
+
+  iterator = pipeline.batch_iterator(grain.MapDataset.range(10).map(read), num_workers=2, prefetch=2)
+  assert [int(batch["x"][0]) for batch in iterator] == list(range(10))
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc").is_dir(), reason="Reads process states from /proc.")
+def test_workers_exit_when_the_training_process_is_killed(tmp_path):
+  pids_file = tmp_path / "workers"
+  script = (
+      "import multiprocessing, os, signal, sys\n"
+      "import grain, numpy as np\n"
+      "from docent_jax.data import pipeline\n"
+      "if __name__ == '__main__':\n"
+      "  batches = grain.MapDataset.range(10 ** 6).map(lambda i: {'x': np.full(4, i)})\n"
+      "  iterator = pipeline.batch_iterator(batches, num_workers=1, prefetch=2)\n"
+      "  next(iterator)\n"
+      "  open(sys.argv[1], 'w').write(' '.join(str(p.pid) for p in multiprocessing.active_children()))\n"
+      "  os.kill(os.getpid(), signal.SIGKILL)\n")
+  run = subprocess.run([sys.executable, "-c", script, str(pids_file)], cwd=pathlib.Path(__file__).parent.parent,
+                       capture_output=True, timeout=300)
+  assert run.returncode == -signal.SIGKILL, run.stderr.decode()[-2000:]
+  pids = [int(pid) for pid in pids_file.read_text().split()]
+  assert pids
+
+  def alive(pid):
+    status = pathlib.Path(f"/proc/{pid}/status")
+    try:
+      return "zombie" not in status.read_text()
+    except FileNotFoundError:
+      return False
+
+  deadline = time.time() + 30
+  while any(alive(pid) for pid in pids) and time.time() < deadline:
+    time.sleep(0.2)
+  orphans = [pid for pid in pids if alive(pid)]
+  for pid in orphans:
+    os.kill(pid, signal.SIGKILL)
+  assert not orphans
+
+
+def test_trainer_with_workers_trains_the_params_of_one_without(tmp_path):
+  kg_dir = kg_fixtures.write_tiny_kg(tmp_path / "kg")
+  params = []
+  for num_workers, prefetch in [(0, 0), (2, 2)]:
+    config = kg_fixtures.tiny_config(kg_dir, tmp_path / "tfds")
+    config.train.num_steps = 4
+    config.data.update(num_workers=num_workers, prefetch=prefetch)
+    params.append(jax.device_get(train.Trainer(config, tmp_path / f"workers_{num_workers}").train()[0]))
+    assert not multiprocessing.active_children()  # The trainer stopped its workers.
+  for a, b in zip(jax.tree.leaves(params[0]), jax.tree.leaves(params[1]), strict=True):
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("key, value", [("num_workers", -1), ("prefetch", -2)])
+def test_config_rejects_bad_read_ahead(key, value):
+  config = default.get_config()
+  config.data[key] = value
+  with pytest.raises(ValueError, match=f"config.data.{key} = {value}"):
+    train.check_config(config, parallel.create_mesh(config.mesh))

@@ -244,8 +244,8 @@ def _main_command(kg_dir, tfds_dir, workdir, *extra):
 def uninterrupted(kg_dir, tfds_dir, tmp_path_factory) -> pathlib.Path:
   """The workdir of `_main_command` run to the end in one process on 2 devices."""
   workdir = tmp_path_factory.mktemp("uninterrupted") / "run"
-  subprocess.run(_main_command(kg_dir, tfds_dir, workdir), cwd=REPO_ROOT, env=tiny_training.subprocess_env(2), check=True,
-                 capture_output=True)
+  subprocess.run(_main_command(kg_dir, tfds_dir, workdir), cwd=REPO_ROOT, env=tiny_training.subprocess_env(2),
+                 check=True, capture_output=True)
   return workdir
 
 
@@ -283,7 +283,8 @@ def test_two_processes_match_one_process(kg_dir, tfds_dir, uninterrupted, tmp_pa
   address = f"127.0.0.1:{tiny_training.free_port()}"
   processes = [subprocess.Popen(_main_command(kg_dir, tfds_dir, multi, f"--coordinator_address={address}",
                                               "--num_processes=2", f"--process_id={i}"),
-                                cwd=REPO_ROOT, env=tiny_training.subprocess_env(1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                                cwd=REPO_ROOT, env=tiny_training.subprocess_env(1), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
                for i in range(2)]
   outputs = [p.communicate(timeout=600)[0].decode() for p in processes]
   for process, output in zip(processes, outputs):
@@ -298,7 +299,9 @@ def test_workdir_of_another_config_is_refused(kg_dir, tfds_dir, tmp_path):
   checkpoints.guard_workdir_config(tmp_path, config)
   recorded = (tmp_path / checkpoints.CONFIG_FILE).read_text()
   (tmp_path / "checkpoints" / "2").mkdir(parents=True)  # A trained step.
-  config.mesh.shape = (2, 4)  # Where it runs may change...
+  config.mesh.shape = (2, 4)  # Where it runs, how it reads ahead and whether it recomputes may change...
+  config.data.update(num_workers=2, prefetch=0)
+  config.model.remat = True
   checkpoints.guard_workdir_config(tmp_path, config)
   config.model.scoring = "distmult"  # ...what it computes may not.
   with pytest.raises(checkpoints.ConfigMismatchError, match="model.scoring"):

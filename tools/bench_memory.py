@@ -24,7 +24,7 @@ import sys
 import time
 
 _ARGS = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-_ARGS.add_argument("--batches", default="32,64,128", help="Global batch sizes (rows over all devices), comma-separated.")
+_ARGS.add_argument("--batches", default="32,64,128", help="Global batch sizes (rows over all devices).")
 _ARGS.add_argument("--length", type=int, default=128, help="Tokens per row.")
 _ARGS.add_argument("--cpu_default_scheduler", action="store_true",
                    help="Keep XLA's concurrency-optimized CPU scheduler (see the module docstring).")
@@ -35,7 +35,8 @@ _FLAGS = _ARGS.parse_args()
 os.environ["XLA_FLAGS"] = " ".join([
     os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8",
     "--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false",
-    *([] if _FLAGS.cpu_default_scheduler else ["--xla_cpu_scheduler_type=CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"])]).strip()
+    *([] if _FLAGS.cpu_default_scheduler else ["--xla_cpu_scheduler_type=CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"]),
+]).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import flax.linen as nn  # pylint: disable=g-import-not-at-top,g-bad-import-order

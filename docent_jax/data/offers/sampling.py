@@ -163,4 +163,4 @@ def contrastive_batches(texts: Sequence[str], labels: np.ndarray, source: np.nda
 
   return (grain.MapDataset.range(sampler.batches_per_round).repeat(num_epochs)
           .map_with_index(lambda index, _: read(index))
-          .to_iter_dataset())
+          .to_iter_dataset(pipeline.IN_ORDER))

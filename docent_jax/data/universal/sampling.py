@@ -87,4 +87,5 @@ def mixed_task_batches(tokens: Mapping[str, np.ndarray], labels: Mapping[str, np
     return {"tokens": np.stack([task_tokens[t][p] for t, p in zip(task, pair)]),
             "task": task, "label": np.array([task_labels[t][p] for t, p in zip(task, pair)], np.int32)}
 
-  return grain.MapDataset.range(1).repeat(None).map_with_index(lambda index, _: read(index)).to_iter_dataset()
+  return (grain.MapDataset.range(1).repeat(None).map_with_index(lambda index, _: read(index))
+          .to_iter_dataset(pipeline.IN_ORDER))
