@@ -1,4 +1,7 @@
 """Filtered link prediction against a naive per-triple numpy reference."""
+import math
+import re
+
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 import numpy as np
@@ -96,12 +99,13 @@ def test_filtering_changes_ranks_and_matches_reference_without_filter():
   assert filtered["mrr"] > unfiltered["mrr"]
 
 
-def test_random_embeddings_on_a_mesh_match_a_single_device():
+@pytest.mark.parametrize("candidates", [np.arange(NUM_ENTITIES), np.arange(NUM_ENTITIES - 1, 0, -3)])
+def test_random_embeddings_on_a_mesh_match_a_single_device(candidates):
   rng = np.random.default_rng(2)
   _, _, eval_triples, filter_triples = _small_kg(seed=2)
   entities = rng.normal(size=(NUM_ENTITIES, 8)).astype(np.float32)
   relations = rng.normal(size=(NUM_RELATIONS, 8)).astype(np.float32)
-  args = ("complex", entities, relations, eval_triples, np.arange(NUM_ENTITIES), filter_triples)
+  args = ("complex", entities, relations, eval_triples, candidates, filter_triples)
   single = link_prediction.evaluate_link_prediction(*args, batch_size=16, candidate_block=16)
   mesh = jax.make_mesh((jax.device_count(), 1), (parallel.DATA_AXIS, parallel.MODEL_AXIS))
   sharded = link_prediction.evaluate_link_prediction(*args, batch_size=16, candidate_block=16, mesh=mesh)
@@ -111,6 +115,62 @@ def test_random_embeddings_on_a_mesh_match_a_single_device():
   sharded_table = link_prediction.evaluate_link_prediction(args[0], entity_rows, *args[2:], batch_size=16,
                                                            candidate_block=16, mesh=mesh)
   assert sharded_table == pytest.approx(single, abs=1e-6)
+
+
+def _mesh():
+  return link_prediction._auto_axes(jax.make_mesh((2, 4), (parallel.DATA_AXIS, parallel.MODEL_AXIS)))
+
+
+@pytest.mark.parametrize("row_axes", [(parallel.DATA_AXIS, parallel.MODEL_AXIS), (parallel.MODEL_AXIS,), ()])
+def test_candidate_blocks_never_gather_a_sharded_table_whole(row_axes):
+  """The blocks come out split over every device, and no device holds more than a shard of the table or blocks.
+
+  XLA's own gather of a sharded table would put every candidate's row on every device (the table
+  gathered whole, or all the ids' rows summed over devices).
+  """
+  mesh = _mesh()
+  rng = np.random.default_rng(4)
+  table = rng.normal(size=(64, 8)).astype(np.float32)
+  ids = np.append(rng.permutation(64)[:45], [-1, -1, -1]).reshape(16, 3).astype(np.int32)
+  ring_size = math.prod(mesh.shape[a] for a in row_axes)
+  shifts = link_prediction._ring_shifts(ids, 64 // ring_size, mesh, row_axes) if row_axes else ()
+  everywhere = NamedSharding(mesh, PartitionSpec(mesh.axis_names))
+  args = (jax.device_put(table, NamedSharding(mesh, PartitionSpec(row_axes or None))), jax.device_put(ids, everywhere),
+          mesh, row_axes, shifts)
+  blocks = link_prediction._candidate_blocks(*args)
+  np.testing.assert_array_equal(np.asarray(blocks), np.where(ids[..., None] >= 0, table[ids], 0.0))
+  assert blocks.sharding.shard_shape(blocks.shape) == (2, 3, 8)
+  if row_axes:
+    hlo = link_prediction._candidate_blocks.lower(*args).compile().as_text()
+    largest = max(math.prod(int(n) for n in dims.split(",")) for dims in re.findall(r"f32\[([\d,]+)\]", hlo))
+    assert largest <= max(table.size // ring_size, blocks.size // 8)
+
+
+def test_all_entities_in_order_are_each_devices_own_rows():
+  """The layout of all entities needs no rows from another device; blocks cover the candidates in order."""
+  candidates = np.arange(61)
+  ids, starts, lengths = link_prediction._candidate_layout(candidates, 4, 8)
+  assert ids.shape == (16, 4)  # 8 candidates per device, in 2 blocks of 4.
+  for block_ids, start, length in zip(ids, starts, lengths):
+    np.testing.assert_array_equal(block_ids[:length], candidates[start:start + length])
+    assert (block_ids[length:] == -1).all()
+  np.testing.assert_array_equal(ids[ids >= 0], candidates)
+  # A 64-row table split over the 8 devices holds 8 rows each: blocks 2k and 2k + 1 are device k's own rows.
+  assert link_prediction._ring_shifts(ids, 8, _mesh(), (parallel.DATA_AXIS, parallel.MODEL_AXIS)) == (0,)
+
+
+def test_candidates_all_on_other_devices_take_one_shift_there_and_back():
+  mesh = _mesh()
+  table = np.random.default_rng(5).normal(size=(64, 8)).astype(np.float32)
+  # Device k's two blocks of 3 hold rows of table shard k + 3 (8 rows a shard) only.
+  ids = np.array([[(k + 3) % 8 * 8 + j for j in range(3)] for k in range(8) for _ in range(2)], np.int32)
+  ids[1, 2] = -1
+  rows = NamedSharding(mesh, PartitionSpec((parallel.DATA_AXIS, parallel.MODEL_AXIS)))
+  shifts = link_prediction._ring_shifts(ids, 8, mesh, (parallel.DATA_AXIS, parallel.MODEL_AXIS))
+  assert shifts == (3,)
+  blocks = link_prediction._candidate_blocks(jax.device_put(table, rows), jax.device_put(ids, rows), mesh,
+                                             (parallel.DATA_AXIS, parallel.MODEL_AXIS), shifts)
+  np.testing.assert_array_equal(np.asarray(blocks), np.where(ids[..., None] >= 0, table[ids], 0.0))
 
 
 def test_bad_input_is_named():

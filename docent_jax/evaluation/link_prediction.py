@@ -15,16 +15,20 @@ jitted call that scores the candidates block by block (a matmul for the bilinear
 counts, per query, the candidates above or tied with the target; only the [Q] ranks come back.
 Known answers live in a CSR map (query key -> candidate positions), padded per batch to
 [Q, width] with width a power of two, so there is no dense [T, N] filter and only a few shapes
-are compiled.
+are compiled. On a mesh the candidate blocks are split over all its devices, like a trainer's entity
+table: each device ranks every query of a batch against its own blocks and the counts are summed, so
+no device holds all candidates, the [Q, N] scores or a gathered copy of a row-sharded table.
 """
 import dataclasses
 import functools
+import math
 
 from absl import logging
 import jax
+from jax import lax
 from jax.experimental import multihost_utils
 import jax.numpy as jnp
-from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 import numpy as np
 
 from docent_jax import parallel
@@ -67,23 +71,28 @@ class _KnownAnswers:
     return np.where(valid, values, fill).astype(np.int32)
 
 
-@functools.partial(jax.jit, static_argnames=("scoring_fn", "predict_tails", "num_candidates"))
+@functools.partial(jax.jit, static_argnames=("scoring_fn", "predict_tails", "num_candidates", "mesh"))
 def _filtered_ranks(scoring_fn: relations.ScoringFunction, predict_tails: bool, num_candidates: int,
                     entity_embeddings: jax.Array, relation_embeddings: jax.Array, candidate_blocks: jax.Array,
-                    given_entity: jax.Array, relation: jax.Array, target: jax.Array, known: jax.Array) -> jax.Array:
+                    block_starts: jax.Array, block_lengths: jax.Array, given_entity: jax.Array, relation: jax.Array,
+                    target_entity: jax.Array, target: jax.Array, known: jax.Array,
+                    mesh: Mesh | None = None) -> jax.Array:
   """Tie-averaged filtered rank of each query's target among the candidates: [Q].
 
-  candidate_blocks: [num_blocks, block_size, d], the candidates in order, zero-padded at the end.
-  target: [Q] candidate positions. known: [Q, W] candidate positions of true answers, padded with
-  `num_candidates`. Scores exist only one [Q, block_size] block at a time, which stays in cache.
+  candidate_blocks: [num_blocks, block_size, d]; block b holds the candidates at positions
+  block_starts[b] + [0, block_lengths[b]), then zero padding (see `_candidate_layout`). With `mesh`,
+  the three are split over all its devices and the query arrays are replicated. target: [Q] candidate
+  positions of the targets, whose entities are `target_entity`. known: [Q, W] candidate positions of
+  true answers, padded with `num_candidates`. Scores exist only one [Q, block_size] block at a time,
+  which stays in cache.
   """
   given = entity_embeddings[given_entity]
   relation = relation_embeddings[relation]
-  num_blocks, block_size, dim = candidate_blocks.shape
-  target_embeddings = candidate_blocks.reshape(num_blocks * block_size, dim)[target]
+  target_embeddings = entity_embeddings[target_entity]
+  block_size = candidate_blocks.shape[1]
   # Left out of the counts: the target (it ties with itself) and every other known answer.
   excluded = jnp.concatenate([jnp.where(known == target[:, None], num_candidates, known), target[:, None]], axis=1)
-  excluded_valid = excluded < num_candidates
+  axes = mesh.axis_names if mesh is not None else ()
 
   def score(candidates):
     if predict_tails:
@@ -94,33 +103,125 @@ def _filtered_ranks(scoring_fn: relations.ScoringFunction, predict_tails: bool, 
     # Two per higher score, one per tie: integer half-ranks stay exact however many candidates.
     return jnp.where(scores > target_score, 2, jnp.where(scores == target_score, 1, 0))
 
-  def count_block(total, block_and_offset):
-    block, offset = block_and_offset
+  def count_block(total, block_start_length):
+    block, start, length = block_start_length
     # The targets ride along as extra candidates, so their scores come out of the same product
     # as the block's, and a candidate with the target's embedding ties with it exactly.
     scores = score(jnp.concatenate([block, target_embeddings]))
     block_scores = scores[:, :block_size]
     target_score = jnp.diagonal(scores[:, block_size:])[:, None]
-    in_range = offset + jnp.arange(block_size) < num_candidates
+    in_range = jnp.arange(block_size) < length
     total += jnp.sum(jnp.where(in_range, half_ranks(block_scores, target_score), 0), axis=1)
-    local = excluded - offset
-    inside = excluded_valid & (local >= 0) & (local < block_size)
+    # Padding in `known` (num_candidates) is past every block's candidates.
+    local = excluded - start
+    inside = (local >= 0) & (local < length)
     excluded_scores = jnp.take_along_axis(block_scores, jnp.clip(local, 0, block_size - 1), axis=1)
     total -= jnp.sum(jnp.where(inside, half_ranks(excluded_scores, target_score), 0), axis=1)
     return total, target_score[:, 0]
 
-  offsets = jnp.arange(num_blocks) * block_size
-  total, target_scores = jax.lax.scan(count_block, jnp.zeros(given.shape[0], jnp.int32), (candidate_blocks, offsets))
-  ranks = 1.0 + 0.5 * total.astype(jnp.float32)
-  return jnp.where(jnp.isfinite(target_scores[0]), ranks, jnp.nan)
+  def count(blocks, starts, lengths):
+    """Half-ranks over these blocks (summed over the mesh) and whether any target score is not finite."""
+    total = jnp.zeros(given.shape[0], jnp.int32)
+    if axes:
+      total = lax.pcast(total, axes, to="varying")  # Each device counts its own blocks.
+    total, target_scores = lax.scan(count_block, total, (blocks, starts, lengths))
+    not_finite = (~jnp.isfinite(target_scores[0])).astype(jnp.int32)
+    if axes:
+      total, not_finite = lax.psum(total, axes), lax.psum(not_finite, axes)
+    return total, not_finite
+
+  if axes:
+    count = jax.shard_map(count, mesh=mesh, in_specs=(PartitionSpec(axes),) * 3,
+                          out_specs=(PartitionSpec(), PartitionSpec()))
+  total, not_finite = count(candidate_blocks, block_starts, block_lengths)
+  return jnp.where(not_finite == 0, 1.0 + 0.5 * total.astype(jnp.float32), jnp.nan)
 
 
-@functools.partial(jax.jit, static_argnames=("block_size",))
-def _candidate_blocks(entity_embeddings: jax.Array, candidates: jax.Array, block_size: int) -> jax.Array:
-  """[num_blocks, block_size, d] candidate embeddings, zero-padded to whole blocks."""
-  rows = entity_embeddings[candidates]
-  padding = -rows.shape[0] % block_size
-  return jnp.pad(rows, ((0, padding), (0, 0))).reshape(-1, block_size, rows.shape[1])
+def _candidate_layout(candidates: np.ndarray, candidate_block: int,
+                      num_shards: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The candidates in blocks: ids [num_blocks, block_size] (-1: padding), first positions and lengths [num_blocks].
+
+  Shard k of `num_shards` (the devices that the blocks are split over) holds the candidate positions
+  [k * P, (k + 1) * P), P = ceil(C / num_shards), in whole blocks of at most `candidate_block` rows,
+  padded at the end of each shard. So when the candidates are all entities in order, each device's
+  candidates are the rows of an evenly row-split table that it holds. Blocks are sized to a shard's
+  candidates rather than to `candidate_block` (40,943 candidates on 8 devices: 16 blocks of 2,560,
+  not 16 of 4,096), rounded up to a multiple of 128, an accelerator's lane width.
+  """
+  per_shard = -(-len(candidates) // num_shards)
+  blocks_per_shard = -(-per_shard // candidate_block)
+  block_size = min(candidate_block, -(-per_shard // (128 * blocks_per_shard)) * 128)
+  shard_starts = np.arange(num_shards)[:, None] * per_shard
+  starts = shard_starts + np.arange(blocks_per_shard) * block_size
+  lengths = np.clip(np.minimum(shard_starts + per_shard, len(candidates)) - starts, 0, block_size)
+  positions = starts[..., None] + np.arange(block_size)
+  ids = np.where(np.arange(block_size) < lengths[..., None], candidates[np.minimum(positions, len(candidates) - 1)], -1)
+  return tuple(x.reshape(-1, *x.shape[2:]).astype(np.int32) for x in (ids, starts, lengths))
+
+
+def _row_axes(table: jax.Array) -> tuple[str, ...]:
+  """The mesh axes splitting a table's rows (none for a replicated or unsharded table)."""
+  if not isinstance(table.sharding, NamedSharding) or not table.sharding.spec:
+    return ()
+  axes = table.sharding.spec[0]
+  return (axes,) if isinstance(axes, str) else tuple(axes or ())
+
+
+def _ring_shifts(candidate_ids: np.ndarray, rows_per_shard: int, mesh: Mesh,
+                 row_axes: tuple[str, ...]) -> tuple[int, ...]:
+  """The shifts along the ring of table shards at which some device's ids meet the shard holding their rows.
+
+  candidate_ids: [num_blocks, block_size], split by blocks over all mesh axes; the table's rows are split
+  over `row_axes`, `rows_per_shard` each. Shift s takes the ids of the device at ring position r to
+  the table shard r + s (see `_candidate_blocks`).
+  """
+  coordinates = dict(zip(mesh.axis_names, np.unravel_index(np.arange(mesh.size), tuple(mesh.shape.values()))))
+  ring_position = np.ravel_multi_index([coordinates[a] for a in row_axes], [mesh.shape[a] for a in row_axes])
+  ids = candidate_ids.reshape(mesh.size, -1)
+  shifts = (ids // rows_per_shard - ring_position[:, None]) % math.prod(mesh.shape[a] for a in row_axes)
+  return tuple(np.unique(shifts[ids >= 0]).tolist())
+
+
+@functools.partial(jax.jit, static_argnames=("mesh", "row_axes", "shifts"))
+def _candidate_blocks(entity_embeddings: jax.Array, candidate_ids: jax.Array, mesh: Mesh | None = None,
+                      row_axes: tuple[str, ...] = (), shifts: tuple[int, ...] = ()) -> jax.Array:
+  """[num_blocks, block_size, d] embeddings of candidate_ids [num_blocks, block_size]; an id of -1 gives zeros.
+
+  With `mesh`, the ids and blocks are split over all its devices and `row_axes` are the mesh axes
+  splitting the table's rows. XLA would gather such a table whole onto every device before a gather
+  of this many ids, so instead each device's ids and rows travel along the ring of table shards, each
+  shard filling in the rows it holds. Only the shifts from `_ring_shifts` (at least one) are visited:
+  just 0, no communication, when every device's candidates are rows it holds, as `_candidate_layout`
+  lays out all entities in order.
+  """
+  if mesh is None or not row_axes:
+    # A negative id would wrap around to a row from the end; one past the end gives the fill value.
+    ids = jnp.where(candidate_ids < 0, entity_embeddings.shape[0], candidate_ids)
+    return jnp.take(entity_embeddings, ids, axis=0, mode="fill", fill_value=0)
+  ring_size = math.prod(mesh.shape[a] for a in row_axes)
+
+  def move(ids_and_rows, shift):
+    return lax.ppermute(ids_and_rows, row_axes, [(i, (i + shift) % ring_size) for i in range(ring_size)])
+
+  def local(table_shard, ids):
+    rows_per_shard = table_shard.shape[0]
+    first_row = lax.axis_index(row_axes) * rows_per_shard
+    position, rows = 0, None
+    for shift in shifts:
+      if shift != position:
+        ids, rows = move((ids, rows), shift - position)
+        position = shift
+      index = ids - first_row
+      mine = (index >= 0) & (index < rows_per_shard)
+      # One past the last row gives the fill value, so other shards' ids read no row of this one.
+      found = jnp.take(table_shard, jnp.where(mine, index, rows_per_shard), axis=0, mode="fill", fill_value=0)
+      rows = found if rows is None else jnp.where(mine[..., None], found, rows)
+    # Back to the device that the ids came from.
+    return move((ids, rows), ring_size - position)[1] if position else rows
+
+  everywhere = PartitionSpec(mesh.axis_names)
+  return jax.shard_map(local, mesh=mesh, in_specs=(PartitionSpec(row_axes), everywhere),
+                       out_specs=everywhere)(entity_embeddings, candidate_ids)
 
 
 def _auto_axes(mesh: Mesh) -> Mesh:
@@ -191,10 +292,12 @@ def _direction_ranks(scoring_fn: relations.ScoringFunction, predict_tails: bool,
     rows = np.minimum(np.arange(begin, begin + batch_size), end - 1)
     width = 1 << (int(counts[begin:end].max(initial=1)) - 1).bit_length()
     batch = (queries[rows, given_column].astype(np.int32), queries[rows, 1].astype(np.int32),
-             target[rows].astype(np.int32), known.padded(starts[rows], counts[rows], width, num_candidates))
+             queries[rows, target_column].astype(np.int32), target[rows].astype(np.int32),
+             known.padded(starts[rows], counts[rows], width, num_candidates))
     if mesh is not None:
-      batch = tuple(jax.device_put(x, parallel.batch_sharding(mesh)) for x in batch)
-    ranks = _filtered_ranks(scoring_fn, predict_tails, num_candidates, *tables, *batch)
+      # Every device ranks the whole batch against its own candidate blocks.
+      batch = tuple(jax.device_put(x, parallel.replicated(mesh)) for x in batch)
+    ranks = _filtered_ranks(scoring_fn, predict_tails, num_candidates, *tables, *batch, mesh=mesh)
     batch_ranks.append((ranks, end - begin))
   # Fetch after dispatching every batch, so that host work overlaps with device work.
   if mesh is not None:
@@ -218,10 +321,11 @@ def evaluate_link_prediction(scoring_fn: relations.ScoringFunction | str, entity
     candidate_entities: [C] unique global entity indices to rank among.
     filter_triples: [K, 3] known true triples (e.g. train + dev + test); the eval triples are
       always added.
-    batch_size: queries per jitted call; with `mesh`, a multiple of its data axis size.
-    candidate_block: candidates scored at once; bounds the scores held to [batch_size, block].
-    mesh: optional mesh; query batches are split over its data axis. Tables passed as sharded
-      jax.Arrays keep their layout; others are replicated.
+    batch_size: queries per jitted call.
+    candidate_block: at most this many candidates are scored at once; bounds the scores held to
+      [batch_size, candidate_block].
+    mesh: optional mesh; the candidates are split over all its devices (see the module docstring).
+      Tables passed as sharded jax.Arrays keep their layout; others are replicated.
 
   Returns:
     'mrr', 'hits@1', 'hits@3', 'hits@10' over both directions, the same per direction under
@@ -250,9 +354,17 @@ def evaluate_link_prediction(scoring_fn: relations.ScoringFunction | str, entity
   for name, table in (("entity_embeddings", entity_embeddings), ("relation_embeddings", relation_embeddings)):
     if not bool(jnp.isfinite(table).all()):
       raise ValueError(f"{name} holds NaN or infinite values.")
-  block_size = min(candidate_block, len(candidates))
-  candidate_blocks = _candidate_blocks(entity_embeddings, _on_device(candidates.astype(np.int32), mesh), block_size)
-  tables = (entity_embeddings, relation_embeddings, candidate_blocks)
+  layout = _candidate_layout(candidates, candidate_block, mesh.size if mesh is not None else 1)
+  row_axes = _row_axes(entity_embeddings) if mesh is not None else ()
+  shifts = ()
+  if row_axes:
+    rows_per_shard = num_entities // math.prod(mesh.shape[a] for a in row_axes)
+    shifts = _ring_shifts(layout[0], rows_per_shard, mesh, row_axes)
+  if mesh is not None:
+    layout = tuple(jax.device_put(x, NamedSharding(mesh, PartitionSpec(mesh.axis_names))) for x in layout)
+  candidate_ids, block_starts, block_lengths = layout
+  candidate_blocks = _candidate_blocks(entity_embeddings, candidate_ids, mesh, row_axes, shifts)
+  tables = (entity_embeddings, relation_embeddings, candidate_blocks, block_starts, block_lengths)
 
   candidate_position = np.full(num_entities, -1, np.int64)
   candidate_position[candidates] = np.arange(len(candidates))
