@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= workdir/default
 
-.PHONY: run test bench install
+.PHONY: run test bench bench-scale install
 
 install: $(VENV)/.installed
 
@@ -29,3 +29,11 @@ bench: install
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) tools/bench_encoder.py
 	$(PY) tools/bench_link_prediction.py
+
+# Scale on 8 forced CPU devices (no PyTorch): memory of a BERT-base step, the entity softmax and filtered ranking
+# up to 4.6M entities, and the input pipeline against the step; JSON under tools/results/.
+bench-scale: install
+	$(PY) tools/bench_memory.py > tools/results/bench_memory.json
+	$(PY) tools/bench_entity_softmax.py > tools/results/bench_entity_softmax_scale.json
+	$(PY) tools/bench_link_prediction.py --scale > tools/results/bench_link_prediction_scale.json
+	$(PY) tools/bench_input_pipeline.py --output tools/results/bench_input_pipeline.json
