@@ -125,6 +125,17 @@ def fetch(tree: Any) -> Any:
   return jax.tree.map(get, tree)
 
 
+def shard_rows(array: np.ndarray, mesh: Mesh) -> jax.Array:
+  """A host array (the same on every process) with its rows split over every device of `mesh`, as the trainer
+  splits entity tables; replicated when the rows do not divide evenly (logged)."""
+  array = np.asarray(array)
+  spec = PartitionSpec(mesh.axis_names)
+  if len(array) % mesh.size:
+    logging.info("Replicating %d rows: they do not divide over %d devices.", len(array), mesh.size)
+    spec = PartitionSpec()
+  return jax.make_array_from_callback(array.shape, NamedSharding(mesh, spec), lambda index: array[index])
+
+
 def pad_to_multiple(array: np.ndarray, multiple: int) -> tuple[np.ndarray, int]:
   """Pads the leading axis with zeros to a multiple; returns the padded array and the true length."""
   n = len(array)

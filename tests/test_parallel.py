@@ -85,3 +85,14 @@ def test_map_batches_compiles_a_method_once_and_does_not_keep_its_object():
   del scaler
   gc.collect()
   assert collected() is None
+
+
+def test_shard_rows_splits_rows_over_every_device_or_replicates_uneven_ones():
+  mesh = _mesh((2, 4))
+  rows = np.arange(48, dtype=np.float32).reshape(16, 3)
+  sharded = parallel.shard_rows(rows, mesh)
+  assert {tuple(s.data.shape) for s in sharded.addressable_shards} == {(2, 3)}
+  np.testing.assert_array_equal(parallel.fetch(sharded), rows)
+  uneven = parallel.shard_rows(rows[:15], mesh)
+  assert uneven.sharding.is_fully_replicated
+  np.testing.assert_array_equal(parallel.fetch(uneven), rows[:15])

@@ -137,7 +137,8 @@ def evaluate_link_prediction(objective: BlpObjective, params: Any, split: str = 
   validation entities; test: all; 'dynamic', `<split>/mrr`, ...) and, where the split has its own unseen
   entities, among those only ('transfer', `<split>/transfer_mrr`, ...)."""
   graph = objective.graph
-  embeddings = objective.entity_embeddings(params)
+  # Laid out like the trainer's tables, so that each device ranks against its own rows.
+  embeddings = parallel.shard_rows(objective.entity_embeddings(params), objective.mesh)
   relation_embeddings = parallel.fetch(params["relations"]["embedding"])
   # As in BLP, validation triples are ranked among the entities known by then (training and validation
   # entities), test triples among all.
@@ -152,7 +153,7 @@ def evaluate_link_prediction(objective: BlpObjective, params: Any, split: str = 
   for prefix, candidates in settings.items():
     metrics = link_prediction.evaluate_link_prediction(
         objective.scoring, embeddings, relation_embeddings, graph.triples[split], candidates, graph.all_triples(),
-        batch_size=objective.config.eval.link_prediction_batch_size)
+        batch_size=objective.config.eval.link_prediction_batch_size, mesh=objective.mesh)
     results.update({f"{split}/{prefix}{name}": value for name, value in metrics.items()})
   return results
 
