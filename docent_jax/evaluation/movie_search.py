@@ -21,9 +21,10 @@ from absl import logging
 from etils import epath
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, PartitionSpec
 import numpy as np
 
+from docent_jax import parallel
 from docent_jax.data import io
 from docent_jax.evaluation import metrics
 from docent_jax.evaluation import tag_prediction
@@ -261,11 +262,8 @@ def _sharded_query_counts(queries: jax.Array, candidate_blocks: jax.Array, relev
                        out_specs=(PartitionSpec(),) * 3)(queries, candidate_blocks, relevant)
 
 
-def _global_array(array: np.ndarray, mesh: Mesh | None, spec: PartitionSpec) -> jax.Array:
-  """`array` (the same on every process) laid out on `mesh` by `spec`; on the default device without a mesh."""
-  if mesh is None:
-    return jnp.asarray(array)
-  return jax.make_array_from_callback(array.shape, NamedSharding(mesh, spec), lambda index: array[index])
+def _replicated(array: np.ndarray, mesh: Mesh | None) -> jax.Array:
+  return jnp.asarray(array) if mesh is None else jax.device_put(array, parallel.replicated(mesh))
 
 
 def _metrics_from_counts(relevant_scores: np.ndarray, above: np.ndarray, tied: np.ndarray, valid: np.ndarray,
@@ -311,7 +309,8 @@ def search_by_vectors(query_vectors: np.ndarray | jax.Array, candidate_vectors: 
   block_size = min(candidate_block, -(-num_candidates // num_shards))
   padding = -num_candidates % (block_size * num_shards)
   blocks = np.pad(candidate_vectors, ((0, padding), (0, 0))).reshape(-1, block_size, candidate_vectors.shape[1])
-  blocks = _global_array(blocks, mesh, PartitionSpec(tuple(mesh.axis_names)) if mesh is not None else None)
+  # Whole blocks per device: the padding above makes them divide evenly.
+  blocks = jnp.asarray(blocks) if mesh is None else parallel.shard_rows(blocks, mesh)
   reciprocal_ranks, recalls = [], []
   for begin in range(0, len(query_set), query_batch):
     relevant = query_set.relevant[begin:begin + query_batch]
@@ -322,8 +321,8 @@ def search_by_vectors(query_vectors: np.ndarray | jax.Array, candidate_vectors: 
       padded[row, :len(r)] = r
     queries = np.zeros((query_batch, query_vectors.shape[1]), np.float32)
     queries[:len(relevant)] = query_vectors[begin:begin + len(relevant)]
-    counts = _sharded_query_counts(_global_array(queries, mesh, PartitionSpec()), blocks,
-                                   _global_array(padded, mesh, PartitionSpec()), num_candidates, mesh)
+    counts = _sharded_query_counts(_replicated(queries, mesh), blocks,
+                                   _replicated(padded, mesh), num_candidates, mesh)
     scores, above, tied = (np.asarray(x)[:len(relevant)] for x in counts)
     reciprocal_rank, recall = _metrics_from_counts(scores, above, tied, padded[:len(relevant)] >= 0, ks)
     reciprocal_ranks.append(reciprocal_rank)
