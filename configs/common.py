@@ -3,9 +3,11 @@ import ml_collections
 
 
 def optimizer(learning_rate: float, warmup_steps: int, lr_multipliers: tuple = ()) -> ml_collections.ConfigDict:
-  """AdamW with linear warm-up and decay; lr_multipliers: ((param path regex, multiplier), ...)."""
+  """AdamW with linear warm-up, then linear decay to zero (schedule "linear") or a constant rate ("constant");
+  grad_clip_norm 0: no clipping; lr_multipliers: ((param path regex, multiplier), ...)."""
   return ml_collections.ConfigDict(dict(
-      learning_rate=learning_rate, warmup_steps=warmup_steps, weight_decay=0.01, grad_clip_norm=1.0,
+      learning_rate=learning_rate, warmup_steps=warmup_steps, schedule="linear", weight_decay=0.01,
+      grad_clip_norm=1.0,
       b1=0.9, b2=0.999, eps=1e-8, lr_multipliers=lr_multipliers))
 
 

@@ -30,6 +30,9 @@ DATA_FILE = "data.json"  # The fingerprint of the data the run trained on.
 # other runs share its workdir (`baselines`, `finetune`).
 RESTART_SAFE_KEYS = ("mesh", "data.num_workers", "data.prefetch", "model.remat", "train.log_every_steps",
                      "train.checkpoint_every_steps", "train.keep_checkpoints", "eval", "evals", "baselines", "finetune")
+# Keys added to the configs after runs were recorded, each with the value that trains as the runs before it
+# did: a recorded config without the key reads as having that value, so that those runs still resume.
+ADDED_KEYS = {"optim.schedule": "linear", "data.drop_stopwords": False}
 
 
 class ConfigMismatchError(RuntimeError):
@@ -52,6 +55,20 @@ def as_path(path: str | epath.PathLike) -> epath.Path:
   """An epath.Path; local relative paths become absolute (Orbax needs absolute paths), URLs stay as they are."""
   path = epath.Path(path)
   return path if "://" in str(path) or path.is_absolute() else epath.Path(path.absolute())
+
+
+def _with_added_keys(recorded: dict, current: dict) -> dict:
+  """`recorded` with each of `ADDED_KEYS` that `current` has and it lacks set to the earlier behaviour."""
+  recorded = json.loads(json.dumps(recorded))
+  for dotted, value in ADDED_KEYS.items():
+    *parents, leaf = dotted.split(".")
+    old, new = recorded, current
+    for key in parents:
+      old = old.get(key) if isinstance(old, dict) else None
+      new = new.get(key) if isinstance(new, dict) else None
+    if isinstance(old, dict) and isinstance(new, dict) and leaf in new:
+      old.setdefault(leaf, value)
+  return recorded
 
 
 def _without_restart_safe_keys(config: dict) -> dict:
@@ -141,7 +158,7 @@ def guard_workdir_config(workdir: str | epath.PathLike, config: ml_collections.C
   Nothing in the workdir is touched when the configs differ, so the earlier run's checkpoints stay.
   """
   current = json.loads(config.to_json_best_effort(sort_keys=True))
-  changes = lambda recorded: sorted(_differing_keys(_without_restart_safe_keys(recorded),
+  changes = lambda recorded: sorted(_differing_keys(_without_restart_safe_keys(_with_added_keys(recorded, current)),
                                                     _without_restart_safe_keys(current)))
   error = lambda directory, keys: ConfigMismatchError(
       f"{directory} holds a run of a different config (differing keys: {', '.join(keys)}). "

@@ -1,4 +1,4 @@
-"""The one optimizer builder: AdamW, linear warm-up and decay, clipping, regex learning-rate multipliers.
+"""The one optimizer builder: AdamW, warm-up then linear decay or a constant rate, clipping, regex lr multipliers.
 
 Every training run (pre-training and fine-tuning alike) gets its optimizer from `create_optimizer`
 with the config's `optim` block, so that a fine-tuning stage differs from pre-training only in values.
@@ -11,19 +11,30 @@ import ml_collections
 import optax
 
 
-def create_optimizer(config: ml_collections.ConfigDict, num_steps: int) -> optax.GradientTransformation:
-  """AdamW with linear warm-up then linear decay to zero, after global-norm gradient clipping.
+SCHEDULES = ("linear", "constant")
 
-  Biases and LayerNorm parameters (all 1-D) are not decayed. `config.lr_multipliers` scales the
-  updates of params whose path matches a regex; a multiplier of 0 freezes them.
+
+def create_optimizer(config: ml_collections.ConfigDict, num_steps: int) -> optax.GradientTransformation:
+  """AdamW with linear warm-up, then linear decay to zero (`schedule` "linear") or a constant rate ("constant").
+
+  Updates follow global-norm gradient clipping at `grad_clip_norm` (0: no clipping). Biases and LayerNorm
+  parameters (all 1-D) are not decayed. `config.lr_multipliers` scales the updates of params whose path
+  matches a regex; a multiplier of 0 freezes them.
   """
+  schedule_name = config.get("schedule", "linear")
+  if schedule_name not in SCHEDULES:
+    raise ValueError(f"config.optim.schedule = {schedule_name!r}: valid: {list(SCHEDULES)}.")
+  if config.grad_clip_norm < 0:
+    raise ValueError(f"config.optim.grad_clip_norm = {config.grad_clip_norm!r}: must be 0 (no clipping) or more.")
   warmup = min(config.warmup_steps, num_steps)
-  schedule = optax.join_schedules(
-      [optax.linear_schedule(0.0, config.learning_rate, max(warmup, 1)),
-       optax.linear_schedule(config.learning_rate, 0.0, max(num_steps - warmup, 1))], [warmup])
+  after_warmup = (optax.constant_schedule(config.learning_rate) if schedule_name == "constant" else
+                  optax.linear_schedule(config.learning_rate, 0.0, max(num_steps - warmup, 1)))
+  schedule = optax.join_schedules([optax.linear_schedule(0.0, config.learning_rate, max(warmup, 1)), after_warmup],
+                                  [warmup])
   decay_mask = lambda params: jax.tree.map(lambda p: p.ndim > 1, params)
+  clipping = [optax.clip_by_global_norm(config.grad_clip_norm)] if config.grad_clip_norm else []
   return optax.chain(
-      optax.clip_by_global_norm(config.grad_clip_norm),
+      *clipping,
       optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps, weight_decay=config.weight_decay,
                    mask=decay_mask),
       scale_by_path(config.lr_multipliers))

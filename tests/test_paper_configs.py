@@ -30,6 +30,22 @@ def test_blp_paper_setting_has_the_papers_values(dataset, triples):
   assert blp_config.get_config(f"{dataset},distmult,paper").model.scoring == "distmult"
 
 
+@pytest.mark.parametrize("dataset, triples", [("wn18rr", 69_585), ("fb15k237", 215_085)])
+def test_blp_bebow_paper_setting_has_the_released_scripts_values(dataset, triples):
+  config = blp_config.get_config(f"{dataset},transe,paper_bebow")
+  epoch = -(-triples // 64)
+  assert config.model.encoder == "bow" and config.model.dim == 0 and config.data.drop_stopwords
+  assert config.data.max_len == 32 and config.model.bert.hidden_size == 768
+  assert config.train.global_batch_size == 64 and config.train.num_steps == 80 * epoch
+  assert (config.loss.name, config.loss.margin, config.loss.num_negatives) == ("margin", 1.0, 64)
+  optim = config.optim
+  assert (optim.learning_rate, optim.warmup_steps, optim.schedule) == (1e-4, 0, "constant")
+  assert optim.grad_clip_norm == 0.0 and optim.weight_decay == 0.0
+  assert config.evals.validation.every_steps == epoch and config.eval.best_metric == "validation/mrr"
+  config.model.pretrained = "minilm-l6"
+  assert config.model.tokenizer == "minilm-l6"
+
+
 def test_supcon_paper_setting_has_the_papers_values():
   config = supcon_config.get_config("abt_buy,paper")
   # Pre-training: 1024 offers a batch (512 anchors, each with a partner), 200 epochs of Abt-Buy's 2,034 offers.
@@ -64,8 +80,9 @@ def _tiny(config, tfds_dir, **shrink_options):
   return config
 
 
-def test_blp_paper_setting_runs_on_cpu_with_a_tiny_override(tmp_path):
-  config = _tiny(blp_config.get_config("wn18rr,transe,paper"), tmp_path / "tfds", max_len=12,
+@pytest.mark.parametrize("setting", ["paper", "paper_bebow"])
+def test_blp_paper_setting_runs_on_cpu_with_a_tiny_override(tmp_path, setting):
+  config = _tiny(blp_config.get_config(f"wn18rr,transe,{setting}"), tmp_path / "tfds", max_len=12,
                  checkpoint_every_steps=2, eval_batch_size=16)
   config.data.dataset = str(kg_fixtures.write_tiny_kg(tmp_path / "kg"))
   config.train.num_steps = 4

@@ -60,6 +60,13 @@ def test_tokenize_texts(tokenizer):
     tokenization.tokenize_texts(tokenizer, ["x"], 1)
 
 
+def test_without_stopwords_keeps_content_words_and_counts_emptied_texts(caplog):
+  texts = ["A domestic cat, the pet of the house.", "(of the) and", ""]
+  with caplog.at_level("WARNING"):
+    assert tokenization.without_stopwords(texts) == ["domestic cat pet house", "", ""]
+  assert "1 of 3 texts hold only stop words" in caplog.text
+
+
 def test_threads_tokenizing_to_different_lengths_each_get_their_own(tokenizer):
   """One tokenizer shared by threads (a pipeline's prefetch beside an evaluation) keeps each call's length."""
   texts = ["a fairly long sentence about a movie that goes on for a while"] * 64

@@ -39,6 +39,22 @@ def test_bag_of_words_is_the_mean_of_word_embeddings_then_projection():
   np.testing.assert_allclose(encoder.apply({"params": params}, jnp.array([[2, 7, 3, 0]]))[0], expected, atol=1e-6)
 
 
+def test_bag_of_words_with_dim_zero_is_the_mean_itself_of_the_embeddings_width():
+  encoder = text_encoders.create_encoder("bow", CONFIG, dim=0, dtype=jnp.float32)
+  tokens = jnp.array([[2, 7, 3, 0]])
+  params = nn.unbox(encoder.init(jax.random.key(0), tokens)["params"])
+  assert set(params) == {"word_embeddings"}
+  expected = params["word_embeddings"]["embedding"][jnp.array([2, 7, 3])].mean(0)
+  np.testing.assert_allclose(encoder.apply({"params": params}, tokens)[0], expected, atol=1e-6)
+  assert text_encoders.output_dim(0, CONFIG) == CONFIG.hidden_size and text_encoders.output_dim(8, CONFIG) == 8
+
+
+@pytest.mark.parametrize("name, dim", [("bert", 0), ("cnn", 0), ("bow", -1)])
+def test_dim_zero_is_refused_outside_bag_of_words(name, dim):
+  with pytest.raises(ValueError, match=f"config.model.dim = {dim}"):
+    text_encoders.create_encoder(name, CONFIG, dim, jnp.float32)
+
+
 @pytest.mark.parametrize("name", ["bert", "bow", "cnn"])
 def test_pretrained_subtree_addresses_existing_params(name):
   _, params = _init(name)

@@ -309,6 +309,19 @@ def test_workdir_of_another_config_is_refused(kg_dir, tfds_dir, tmp_path):
   assert (tmp_path / checkpoints.CONFIG_FILE).read_text() == recorded
 
 
+def test_a_run_recorded_before_a_key_was_added_resumes_only_with_the_earlier_value(kg_dir, tfds_dir, tmp_path):
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  checkpoints.guard_workdir_config(tmp_path, config)
+  recorded = json.loads((tmp_path / checkpoints.CONFIG_FILE).read_text())
+  del recorded["optim"]["schedule"], recorded["data"]["drop_stopwords"]  # As a run before these keys wrote it.
+  (tmp_path / checkpoints.CONFIG_FILE).write_text(json.dumps(recorded))
+  (tmp_path / "checkpoints" / "2").mkdir(parents=True)
+  checkpoints.guard_workdir_config(tmp_path, config)  # "linear" and no stop-word removal: what it trained with.
+  config.optim.schedule = "constant"
+  with pytest.raises(checkpoints.ConfigMismatchError, match="optim.schedule"):
+    checkpoints.guard_workdir_config(tmp_path, config)
+
+
 def _scalars(directory: pathlib.Path, tag: str) -> dict[int, float]:
   """step -> value of one scalar of the TensorBoard event files in `directory`."""
   from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top

@@ -1,8 +1,11 @@
 """Tokenizes texts (and text pairs) into fixed-length token-id arrays."""
+import re
 import threading
 from typing import Any, Sequence
 
+from absl import logging
 import numpy as np
+from sklearn.feature_extraction import text as sklearn_text
 
 _CHUNK = 4096  # Texts per tokenizer call: batched for speed, bounded for memory.
 # A Hugging Face fast tokenizer sets its truncation and padding as state at every call, so two threads
@@ -15,6 +18,20 @@ def encode(tokenizer: Any, *texts: Sequence[str], **options: Any) -> Any:
   """`tokenizer(*texts, **options)`, one call at a time across threads."""
   with _TOKENIZER_LOCK:
     return tokenizer(*texts, **options)
+
+
+_WORDS = re.compile(r"\w+")
+
+
+def without_stopwords(texts: Sequence[str]) -> list[str]:
+  """The texts' words, stop words and punctuation left out, joined by spaces (BLP's input to its word-embedding
+  baselines). The stop words are scikit-learn's English list (BLP uses NLTK's, which needs a download)."""
+  kept = [" ".join(w for w in _WORDS.findall(text) if w.lower() not in sklearn_text.ENGLISH_STOP_WORDS)
+          for text in texts]
+  emptied = sum(1 for text, words in zip(texts, kept) if text.strip() and not words)
+  if emptied:
+    logging.warning("%d of %d texts hold only stop words and punctuation; they become empty.", emptied, len(texts))
+  return kept
 
 
 def _check_room(tokenizer: Any, max_len: int, pair: bool) -> None:

@@ -40,7 +40,8 @@ class BertEncoder(nn.Module):
 
 
 class BagOfWordsEncoder(nn.Module):
-  """BE-BOW: mean of the input word-piece embeddings of the description, then a linear map."""
+  """BE-BOW: mean of the input word-piece embeddings of the description, then a linear map to `dim`; with
+  `dim` 0 the mean itself, of the embeddings' width, as in BLP's BE-BOW."""
   config: bert.BertConfig
   dim: int
   dtype: jnp.dtype = jnp.float32
@@ -50,6 +51,8 @@ class BagOfWordsEncoder(nn.Module):
     del deterministic
     embedded, mask = _embed_words(tokens, self.config, self.dtype)
     mean = embedded.sum(axis=1) / jnp.maximum(mask.sum(axis=1), 1.0)
+    if not self.dim:
+      return mean.astype(jnp.float32)
     return _projection(self.dim, self.dtype)(mean).astype(jnp.float32)
 
 
@@ -83,9 +86,17 @@ ENCODERS = {"bert": BertEncoder, "bow": BagOfWordsEncoder, "cnn": CnnEncoder}
 
 
 def create_encoder(name: str, config: bert.BertConfig, dim: int, dtype: jnp.dtype) -> nn.Module:
+  """Encoder `name` with vectors of width `dim` (bow: 0 for the embeddings' own width, `output_dim`)."""
   if name not in ENCODERS:
     raise ValueError(f"Unknown encoder {name!r}; valid: {sorted(ENCODERS)}.")
+  if dim < 0 or (dim == 0 and name != "bow"):
+    raise ValueError(f"config.model.dim = {dim}: must be at least 1 (0, no linear map, is for the bow encoder).")
   return ENCODERS[name](config=config, dim=dim, dtype=dtype, name="encoder")
+
+
+def output_dim(dim: int, config: bert.BertConfig) -> int:
+  """The width of the vectors an encoder created with `dim` returns."""
+  return dim or config.hidden_size
 
 
 def pretrained_subtree(name: str, bert_params: dict) -> dict:

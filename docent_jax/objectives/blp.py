@@ -69,7 +69,10 @@ class BlpObjective(base.Objective):
     self.graph = knowledge_graph.load_knowledge_graph(
         config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
     tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    self.entity_tokens = tokenization.tokenize_texts(tokenizer, self.graph.entity_texts, config.data.max_len)
+    texts = self.graph.entity_texts
+    if config.data.get("drop_stopwords", False):
+      texts = tokenization.without_stopwords(texts)
+    self.entity_tokens = tokenization.tokenize_texts(tokenizer, texts, config.data.max_len)
     self.scoring = relations.get_scoring_function(config.model.scoring)
     self.loss_fn = losses.get_link_prediction_loss(config.loss.name)
     bert_config, self._bert_params = pretrained.load_model_bert(config.model, tokenizer.vocab_size)
@@ -77,7 +80,7 @@ class BlpObjective(base.Objective):
         encoder=text_encoders.create_encoder(config.model.encoder, bert_config, config.model.dim,
                                              jnp.dtype(config.model.dtype)),
         num_relations=self.graph.num_relations,
-        relation_dim=self.scoring.relation_dim(config.model.dim))
+        relation_dim=self.scoring.relation_dim(text_encoders.output_dim(config.model.dim, bert_config)))
     logging.info("%s: %d entities, %d relations, triples %s.", self.graph.name, self.graph.num_entities,
                  self.graph.num_relations, {k: len(v) for k, v in self.graph.triples.items()})
     self._embeddings = None  # (params, their entity vectors): evaluators of one params share them.
