@@ -29,6 +29,7 @@ setuptools.setup(
         "numpy==2.4.6",
         "absl-py==2.5.1",
         "wn==0.0.23",
+        "matplotlib==3.11.2",  # tools/plot_curves.py
     ],
     # A Cloud Storage emulator and gcsfs (epath's gs:// client without TensorFlow) for the gs:// workdir test;
     # hypothesis for the damaged-file test of the readers; pytest-xdist runs the suite on every core.
