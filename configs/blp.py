@@ -1,9 +1,9 @@
 """BLP: entity encoders over descriptions trained by link prediction (Daza, Cochez & Groth, 2021).
 
-get_config("DATASET[,SCORING][,paper|paper_bebow]"): DATASET is wordnet_kg[/CONFIG], wn18rr, fb15k237, wikidata5m (with
+get_config("DATASET[,SCORING][,SETTING]"): DATASET is wordnet_kg[/CONFIG], wn18rr, fb15k237, wikidata5m (with
 BLP's training values for it, see `wikidata5m_setting`) or a directory in the KG-BERT layout; SCORING is transe
-(default), distmult, complex or simple; `paper` selects the paper's own training setting of BLP and `paper_bebow`
-that of its BE-BOW baseline (wn18rr and fb15k237; see `paper_setting`, `paper_bebow_setting`). Examples:
+(default), distmult, complex or simple; SETTING `paper` selects the paper's own training setting of BLP and
+`paper_bebow` that of its BE-BOW baseline (wn18rr and fb15k237; see `paper_setting`, `paper_bebow_setting`). Examples:
   --config=configs/blp.py:wn18rr,distmult
   --config=configs/blp.py:wikidata5m --config.data.manual_dir=/data/wikidata5m
   --config=configs/blp.py:/data/my_kg
@@ -87,7 +87,7 @@ def wikidata5m_setting(config: ml_collections.ConfigDict) -> ml_collections.Conf
   return config
 
 
-def _paper_epochs(dataset: str) -> int:
+def _steps_per_epoch(dataset: str) -> int:
   """Steps in one epoch of the dataset's inductive training triples at BLP's 64 triples a batch."""
   if dataset not in PAPER_TRAIN_TRIPLES:
     raise ValueError(f"configs/blp.py: the paper settings are defined for {sorted(PAPER_TRAIN_TRIPLES)}, "
@@ -100,7 +100,7 @@ def paper_setting(config: ml_collections.ConfigDict, dataset: str) -> ml_collect
   Hugging Face directory), 128-d entities, descriptions of 32 word pieces, 64 triples a batch with 64
   negatives each, margin loss, Adam at 2e-5 without weight decay, warm-up over the first 20% of 40 epochs
   then linear decay, and the checkpoint of the best validation MRR (evaluated every epoch) reported."""
-  steps_per_epoch = _paper_epochs(dataset)
+  steps_per_epoch = _steps_per_epoch(dataset)
   num_steps = 40 * steps_per_epoch
   config.data.max_len = 32
   config.model.pretrained = "bert-base-cased"
@@ -123,7 +123,7 @@ def paper_bebow_setting(config: ml_collections.ConfigDict, dataset: str) -> ml_c
   the checkpoint of the best validation MRR (evaluated every epoch) reported. Not reproduced: BLP's L2 penalty
   of 1e-2 on the batch's vectors (under TransE's normalisation its entity terms are constant; the relation
   term is left out)."""
-  steps_per_epoch = _paper_epochs(dataset)
+  steps_per_epoch = _steps_per_epoch(dataset)
   num_steps = 80 * steps_per_epoch
   config.data.update(max_len=32, drop_stopwords=True)
   config.model.update(encoder="bow", dim=0, pretrained="bert-base-cased")

@@ -7,8 +7,7 @@ def optimizer(learning_rate: float, warmup_steps: int, lr_multipliers: tuple = (
   grad_clip_norm 0: no clipping; lr_multipliers: ((param path regex, multiplier), ...)."""
   return ml_collections.ConfigDict(dict(
       learning_rate=learning_rate, warmup_steps=warmup_steps, schedule="linear", weight_decay=0.01,
-      grad_clip_norm=1.0,
-      b1=0.9, b2=0.999, eps=1e-8, lr_multipliers=lr_multipliers))
+      grad_clip_norm=1.0, b1=0.9, b2=0.999, eps=1e-8, lr_multipliers=lr_multipliers))
 
 
 def training(global_batch_size: int, num_steps: int, log_every_steps: int,
