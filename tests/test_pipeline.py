@@ -90,7 +90,7 @@ def test_entity_token_table(kg, entity_tokens, tokenizer):
 
 
 def test_batches_hold_triples_and_their_tokens(kg, entity_tokens):
-  loader = pipeline.triple_batches(kg.triple_sources["train"], entity_tokens, global_batch_size=32, seed=0,
+  loader = pipeline.triple_batches(kg.triples["train"], entity_tokens, global_batch_size=32, seed=0,
                                    num_epochs=1)
   batches = list(loader)
   assert len(batches) == len(kg.triples["train"]) // 32  # The incomplete last batch is dropped.
@@ -120,19 +120,19 @@ def _assert_same_batches(first, second):
 
 
 def test_iterator_state_resumes_exactly(kg, entity_tokens):
-  loader = pipeline.triple_batches(kg.triple_sources["train"], entity_tokens, global_batch_size=16, seed=3)
+  loader = pipeline.triple_batches(kg.triples["train"], entity_tokens, global_batch_size=16, seed=3)
   iterator = iter(loader)
   _take(iterator, 5)
   state = iterator.get_state()
   expected = _take(iterator, 3)
-  restored = iter(pipeline.triple_batches(kg.triple_sources["train"], entity_tokens, global_batch_size=16, seed=3))
+  restored = iter(pipeline.triple_batches(kg.triples["train"], entity_tokens, global_batch_size=16, seed=3))
   restored.set_state(state)
   _assert_same_batches(_take(restored, 3), expected)
 
 
 def test_orbax_saves_iterator_state_with_params(kg, entity_tokens, tmp_path):
   def make_iterator():  # As the trainer iterates: read ahead by a thread.
-    loader = pipeline.triple_batches(kg.triple_sources["train"], entity_tokens, global_batch_size=16, seed=5)
+    loader = pipeline.triple_batches(kg.triples["train"], entity_tokens, global_batch_size=16, seed=5)
     return pipeline.batch_iterator(loader, prefetch=2)
 
   iterator = make_iterator()
@@ -152,7 +152,7 @@ def test_orbax_saves_iterator_state_with_params(kg, entity_tokens, tmp_path):
 
 def test_batch_larger_than_shard_is_rejected(kg, entity_tokens):
   with pytest.raises(ValueError, match="fewer than one batch"):
-    pipeline.triple_batches(kg.triple_sources["train"], entity_tokens,
+    pipeline.triple_batches(kg.triples["train"], entity_tokens,
                             global_batch_size=len(kg.triples["train"]) + 1, seed=0)
 
 
@@ -166,7 +166,7 @@ def make_loader(request, kg, entity_tokens, reviews, tokenizer):
   """A fresh loader of BLP's triple batches (token rows gathered) or DOCENT-DUAL's sentence batches (tokenized
   per batch), as `train_batches` returns them."""
   if request.param == "blp_triples":
-    return lambda: pipeline.triple_batches(kg.triple_sources["train"], entity_tokens, global_batch_size=16, seed=3)
+    return lambda: pipeline.triple_batches(kg.triples["train"], entity_tokens, global_batch_size=16, seed=3)
   return lambda: review_pipeline.sentence_batches(reviews.sentence_source, tokenizer, global_batch_size=8, seed=3,
                                                   max_len=MAX_LEN)
 
@@ -195,7 +195,7 @@ def test_workers_and_prefetch_give_the_same_batches_and_resume_exactly(make_load
 
 def test_workers_read_only_this_process_rows(kg, entity_tokens, monkeypatch):
   def loader():
-    return pipeline.triple_batches(kg.triple_sources["train"], entity_tokens, global_batch_size=16, seed=4)
+    return pipeline.triple_batches(kg.triples["train"], entity_tokens, global_batch_size=16, seed=4)
 
   global_batches = _take(iter(loader()), 3)
   # The second of two processes: its rows are fixed when the pipeline is built, before any worker starts.

@@ -99,7 +99,7 @@ class BlpObjective(base.Objective):
 
   def train_batches(self, seed: int) -> Any:
     return pipeline.triple_batches(
-        self.graph.triple_sources["train"], self.entity_tokens,
+        self.graph.triples["train"], self.entity_tokens,
         global_batch_size=self.config.train.global_batch_size, seed=seed)
 
   def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:

@@ -1,6 +1,5 @@
 """The in-memory knowledge graph, loaded from the TFDS builders."""
 import dataclasses
-from typing import Any
 
 from absl import logging
 from etils import epath
@@ -34,7 +33,6 @@ class KnowledgeGraph:
     entity_split: split -> sorted int32 indices of the entities of that split.
     entity_labels: int32 [num_entities] index into `label_names`, -1 = unlabelled.
     label_names: the class label names.
-    triple_sources: split -> TFDS data source of that split's triples (for the input pipeline).
   """
   name: str
   entity_ids: list[str]
@@ -44,7 +42,6 @@ class KnowledgeGraph:
   entity_split: dict[str, np.ndarray]
   entity_labels: np.ndarray
   label_names: list[str]
-  triple_sources: dict[str, Any]
 
   @property
   def num_entities(self) -> int:
@@ -124,8 +121,7 @@ def load_knowledge_graph(dataset: str, *, data_dir: epath.PathLike | None = None
       triples=triples,
       entity_split={split: np.flatnonzero(entity_split_names == split).astype(np.int32) for split in SPLITS},
       entity_labels=np.asarray(entities["label"], np.int32).reshape(-1),
-      label_names=list(builder.info.metadata["label_names"]),
-      triple_sources={split: sources[split] for split in SPLITS})
+      label_names=list(builder.info.metadata["label_names"]))
   logging.info("Loaded %s: %d entities, %d relations, triples %s.", name, graph.num_entities,
                graph.num_relations, {split: len(t) for split, t in triples.items()})
   return graph
