@@ -13,27 +13,25 @@ def _optim_config(**overrides):
   return config
 
 
-def test_schedule_warms_up_linearly_then_decays_to_zero():
+def _update_sizes(num_steps: int, **overrides) -> list[float]:
+  """The mean |update| of each of `num_steps` steps on a constant gradient of ones."""
   params = {"w": jnp.ones((2, 2))}
-  optimizer = optim.create_optimizer(_optim_config(), num_steps=6)
+  optimizer = optim.create_optimizer(_optim_config(**overrides), num_steps=num_steps)
   state = optimizer.init(params)
   sizes = []
-  for _ in range(6):
+  for _ in range(num_steps):
     updates, state = optimizer.update({"w": jnp.ones((2, 2))}, state, params)
     sizes.append(float(jnp.abs(updates["w"]).mean()))
+  return sizes
+
+
+def test_schedule_warms_up_linearly_then_decays_to_zero():
   # Adam's first steps move by ~lr; lr goes 0, 0.05, 0.1, then down by 0.025 per step.
-  np.testing.assert_allclose(sizes, [0.0, 0.05, 0.1, 0.075, 0.05, 0.025], atol=2e-3)
+  np.testing.assert_allclose(_update_sizes(6), [0.0, 0.05, 0.1, 0.075, 0.05, 0.025], atol=2e-3)
 
 
 def test_constant_schedule_warms_up_then_holds_the_rate():
-  params = {"w": jnp.ones((2, 2))}
-  optimizer = optim.create_optimizer(_optim_config(schedule="constant"), num_steps=6)
-  state = optimizer.init(params)
-  sizes = []
-  for _ in range(6):
-    updates, state = optimizer.update({"w": jnp.ones((2, 2))}, state, params)
-    sizes.append(float(jnp.abs(updates["w"]).mean()))
-  np.testing.assert_allclose(sizes, [0.0, 0.05, 0.1, 0.1, 0.1, 0.1], atol=2e-3)
+  np.testing.assert_allclose(_update_sizes(6, schedule="constant"), [0.0, 0.05, 0.1, 0.1, 0.1, 0.1], atol=2e-3)
 
 
 def test_grad_clip_norm_zero_means_no_clipping():
