@@ -153,6 +153,6 @@ def test_blp_config_has_blps_wikidata5m_values(tmp_path):
   assert config.evals.validation.every_steps == epoch and config.eval.best_metric == "validation/transfer_mrr"
   # Other datasets keep the defaults.
   assert blp_config.get_config("wn18rr").data.max_len == 32
-  with pytest.raises(ValueError, match="paper setting is defined for"):
+  with pytest.raises(ValueError, match="paper settings are defined for"):
     blp_config.get_config("wikidata5m,transe,paper")
   assert knowledge_graph.make_builder("wikidata5m/subgraph_3", data_dir=tmp_path).builder_config.max_entities == 3
