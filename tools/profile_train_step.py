@@ -5,8 +5,8 @@
 
 Times, as medians over --steps calls after a compiling one, on the config's first training batch: reading
 a batch (`train_batches` in the training process), the loss alone, the loss and its gradient, the
-optimizer's update of the params, and the trainer's whole jitted step. Also counts the params each update
-touches and the tokens (padding included) each batch holds. Prints one JSON object.
+optimizer's update of the params, and the trainer's whole jitted step. Also counts the params the optimizer
+updates and the tokens (padding included) each batch holds. Prints one JSON object.
 """
 import functools
 import json
