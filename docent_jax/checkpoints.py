@@ -57,16 +57,20 @@ def as_path(path: str | epath.PathLike) -> epath.Path:
   return path if "://" in str(path) or path.is_absolute() else epath.Path(path.absolute())
 
 
+def _parent_block(config: dict, dotted: str) -> tuple[dict | None, str]:
+  """The block of `config` holding the key `dotted` ('optim.schedule': config['optim']), or None, and the key."""
+  *parents, leaf = dotted.split(".")
+  for key in parents:
+    config = config.get(key) if isinstance(config, dict) else None
+  return (config if isinstance(config, dict) else None), leaf
+
+
 def _with_added_keys(recorded: dict, current: dict) -> dict:
   """`recorded` with each of `ADDED_KEYS` that `current` has and it lacks set to the earlier behaviour."""
   recorded = json.loads(json.dumps(recorded))
   for dotted, value in ADDED_KEYS.items():
-    *parents, leaf = dotted.split(".")
-    old, new = recorded, current
-    for key in parents:
-      old = old.get(key) if isinstance(old, dict) else None
-      new = new.get(key) if isinstance(new, dict) else None
-    if isinstance(old, dict) and isinstance(new, dict) and leaf in new:
+    (old, leaf), (new, _) = _parent_block(recorded, dotted), _parent_block(current, dotted)
+    if old is not None and new is not None and leaf in new:
       old.setdefault(leaf, value)
   return recorded
 
@@ -74,11 +78,9 @@ def _with_added_keys(recorded: dict, current: dict) -> dict:
 def _without_restart_safe_keys(config: dict) -> dict:
   config = json.loads(json.dumps(config))
   for dotted in RESTART_SAFE_KEYS:
-    *parents, leaf = dotted.split(".")
-    node = config
-    for key in parents:
-      node = node.get(key, {})
-    node.pop(leaf, None)
+    block, leaf = _parent_block(config, dotted)
+    if block is not None:
+      block.pop(leaf, None)
   return config
 
 
