@@ -54,9 +54,9 @@ def get_config(arg: str = "wn18rr") -> ml_collections.ConfigDict:
   config.eval.link_prediction_batch_size = 512
   # BLP keeps the checkpoint of the best validation MRR and reports test numbers from it.
   config.evals = ml_collections.ConfigDict(dict(
-      validation=dict(type="link_prediction", split="validation", every_steps=2_000),
-      test=dict(type="link_prediction", split="test"),
-      classification=dict(type="entity_classification"),  # C from BLP's grid, 0.1 to 1e4, by validation.
+      validation=common.evaluator("link_prediction", split="validation", every_steps=2_000),
+      test=common.evaluator("link_prediction", split="test"),
+      classification=common.evaluator("entity_classification"),  # C from BLP's grid, 0.1 to 1e4, by validation.
   ))
 
   config.mesh = common.mesh()

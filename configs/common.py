@@ -43,6 +43,12 @@ def bert_model(pretrained: str = "minilm-l6") -> ml_collections.ConfigDict:
       bert=dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)))
 
 
+def evaluator(kind: str, every_steps: int = 0, **options) -> dict:
+  """An entry of `config.evals`: a registered evaluator run every `every_steps` steps and at the end (0: at the
+  end only). The key is always present so that `--config.evals.NAME.every_steps=N` can set it."""
+  return dict(type=kind, every_steps=every_steps, **options)
+
+
 def evaluation(batch_size: int, best_metric: str = "", best_mode: str = "max") -> ml_collections.ConfigDict:
   """Shared evaluation settings; best_metric (e.g. 'validation/mrr', from an eval with every_steps) picks
   the checkpoint whose params are reported ("" = the last), best_mode 'max' or 'min'."""

@@ -53,7 +53,7 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.train = common.training(global_batch_size=32, num_steps=NUM_STEPS[variant], log_every_steps=50,
                                  checkpoint_every_steps=500)
 
-  config.evals = ml_collections.ConfigDict(dict(search=dict(type="movie_search")))
+  config.evals = ml_collections.ConfigDict(dict(search=common.evaluator("movie_search")))
   config.eval = common.evaluation(batch_size=128)
   config.eval.search_min_votes = 1  # Votes that make a movie relevant to a tag query.
   # Tag prediction: a tag is positive for a held-out movie at this many votes (genres: 1). The paper
@@ -101,6 +101,6 @@ def tag_prediction(config: ml_collections.ConfigDict, scorer: str, label_set: st
       optim=dict(learning_rate=evaluation.get_ref("tag_learning_rate"), warmup_steps=0,
                  weight_decay=evaluation.get_ref("tag_weight_decay"), lr_multipliers=()),
       train=dict(num_steps=evaluation.get_ref("tag_finetune_steps"), log_every_steps=25, checkpoint_every_steps=50),
-      evals=dict(tags=dict(type="tag_prediction", report_as=report_as)),
+      evals=dict(tags=common.evaluator("tag_prediction", report_as=report_as)),
       finetune={},
   )

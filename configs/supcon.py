@@ -36,8 +36,8 @@ def pair_classifier_training(num_steps) -> dict:
   return dict(
       optim=dict(learning_rate=5e-5, warmup_steps=num_steps // 20, lr_multipliers=(("^head/", 20.0),)),
       train=dict(num_steps=num_steps, log_every_steps=25, checkpoint_every_steps=50),
-      evals=dict(validation=dict(type="pair_matching", split="validation", every_steps=50),
-                 test=dict(type="pair_matching", split="test")),
+      evals=dict(validation=common.evaluator("pair_matching", split="validation", every_steps=50),
+                 test=common.evaluator("pair_matching", split="test")),
       eval=dict(best_metric="validation/f1"),
       finetune={},
   )
@@ -75,7 +75,7 @@ def get_config(arg: str = "abt_buy") -> ml_collections.ConfigDict:
 
   config.eval = common.evaluation(batch_size=128)
   # The frozen encoder's pair classifier: a logistic regression on [u, v, |u - v|, u * v], C chosen on validation F1.
-  probe = dict(type="pair_probe", c_values=(0.01, 0.1, 1.0, 10.0, 100.0))
+  probe = common.evaluator("pair_probe", c_values=(0.01, 0.1, 1.0, 10.0, 100.0))
   config.evals = ml_collections.ConfigDict(dict(frozen=dict(probe, report_as="supcon_frozen")))
   # The trained encoder's: a fine-tuning run (`supcon_trained`) from the pre-trained params.
   config.finetune = ml_collections.ConfigDict(dict(

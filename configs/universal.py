@@ -46,11 +46,11 @@ def get_config(arg: str = "multitask") -> ml_collections.ConfigDict:
   config.eval = common.evaluation(batch_size=128, best_metric="validation/accuracy")
   # What every model reports: held-out accuracy of its tasks (model selection), analogies and phrase similarity
   # (both read from data.manual_dir: analogy/questions-*.txt, ppdb/ppdb-sample.tsv).
-  model_evals = dict(validation=dict(type="pair_tasks", split="validation", max_pairs=1000, every_steps=100),
-                     analogies=dict(type="analogies"), phrase_similarity=dict(type="phrase_similarity"))
+  model_evals = dict(validation=common.evaluator("pair_tasks", split="validation", max_pairs=1000, every_steps=100),
+                     analogies=common.evaluator("analogies"), phrase_similarity=common.evaluator("phrase_similarity"))
   # The static baseline: the reference model's input word pieces, averaged (reported once, by the main model).
-  static = dict(static_analogies=dict(type="analogies", static=True, report_as="static_wordpiece"),
-                static_similarity=dict(type="phrase_similarity", static=True, report_as="static_wordpiece"))
+  static = dict(static_analogies=common.evaluator("analogies", static=True, report_as="static_wordpiece"),
+                static_similarity=common.evaluator("phrase_similarity", static=True, report_as="static_wordpiece"))
   config.evals = ml_collections.ConfigDict({**model_evals, **static})
 
   config.mesh = common.mesh()
@@ -93,10 +93,10 @@ def faq_config(source: str) -> ml_collections.ConfigDict:
                                  checkpoint_every_steps=30)
 
   config.eval = common.evaluation(batch_size=128)
-  model_evals = dict(test=dict(type="faq_retrieval", split="test"))
+  model_evals = dict(test=common.evaluator("faq_retrieval", split="test"))
   config.evals = ml_collections.ConfigDict(dict(
-      **model_evals, tfidf=dict(type="faq_retrieval", scorer="tfidf", report_as="tfidf"),
-      bm25=dict(type="faq_retrieval", scorer="bm25", report_as="bm25")))
+      **model_evals, tfidf=common.evaluator("faq_retrieval", scorer="tfidf", report_as="tfidf"),
+      bm25=common.evaluator("faq_retrieval", scorer="bm25", report_as="bm25")))
 
   config.mesh = common.mesh()
 

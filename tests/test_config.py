@@ -5,7 +5,9 @@ import pytest
 
 from configs import blp
 from configs import default
+from configs import docent
 from configs import supcon
+from configs import universal
 from docent_jax import objectives
 from docent_jax import train
 
@@ -63,3 +65,16 @@ def test_supcon_runs_each_fine_tuning_after_the_model_it_starts_from():
   assert set(by_name["supcon_trained"].evals) == {"validation", "test"}
   assert by_name["supcon"].evals.frozen.report_as == "supcon_frozen"
   assert "report_as" not in by_name["self_supervised"].evals.frozen
+
+
+@pytest.mark.parametrize("config", [default.get_config(), blp.get_config("wn18rr,transe,paper_bebow"),
+                                    docent.get_config("full"), supcon.get_config("abt_buy"),
+                                    universal.get_config("multitask"), universal.get_config("faq")],
+                         ids=["default", "blp", "docent", "supcon", "universal", "faq"])
+def test_every_evaluator_of_every_run_can_be_made_periodic_from_the_command_line(config):
+  # A flag such as --config.evals.search.every_steps=500 sets an existing key; it cannot add one.
+  config.lock()
+  for run in train.model_configs(config):
+    for name, entry in run.evals.items():
+      assert entry.every_steps >= 0, f"{run.name}: config.evals.{name}"
+      entry.every_steps = 7
