@@ -7,9 +7,11 @@ register their evaluators; the trainer runs the ones a config lists, every `ever
 (TensorBoard, best checkpoint) and at the end on the reported params (results.json):
 
   config.evals = {
-      "validation": dict(type="link_prediction", splits=("validation",), every_steps=100),
-      "test": dict(type="link_prediction", splits=("test",)),   # every_steps 0: at the end only
+      "validation": dict(type="link_prediction", split="validation", every_steps=100),
+      "test": dict(type="link_prediction", split="test", every_steps=0),   # 0: at the end only
   }
+
+(`configs/common.evaluator` builds such entries.)
 
 `report_as` names the model a metric is reported under in results.json (default: the run's name).
 """
