@@ -78,3 +78,18 @@ def test_every_evaluator_of_every_run_can_be_made_periodic_from_the_command_line
     for name, entry in run.evals.items():
       assert entry.every_steps >= 0, f"{run.name}: config.evals.{name}"
       entry.every_steps = 7
+
+
+def test_supcon_sampling_curve_probes_both_samplings_as_often_under_their_own_names():
+  config = supcon.get_config("abt_buy,sampling")
+  config.evals.frozen.every_steps = 250
+  config.train.num_steps = 1_500
+  runs = {c.name: c for c in train.model_configs(config)}
+  assert sorted(runs) == ["supcon", "supcon_mixed", "supcon_mixed_trained", "supcon_trained"]
+  assert [runs[name].data.source_aware for name in ("supcon", "supcon_mixed")] == [True, False]
+  assert [runs[name].evals.frozen.every_steps for name in ("supcon", "supcon_mixed")] == [250, 250]
+  assert [runs[name].train.num_steps for name in ("supcon", "supcon_mixed")] == [1_500, 1_500]
+  assert runs["supcon"].evals.frozen.report_as == "supcon_frozen"
+  assert "report_as" not in runs["supcon_mixed"].evals.frozen
+  with pytest.raises(ValueError, match="one source"):
+    supcon.get_config("wdc_computers_small,sampling")
