@@ -136,11 +136,12 @@ def sampling_setting(config: ml_collections.ConfigDict, dataset: str) -> ml_coll
     raise ValueError(f"configs/supcon.py: {dataset!r} has one source, so mixed sampling is source-aware sampling.")
   config.train.update(num_steps=1_000, checkpoint_every_steps=200)
   config.evals.frozen.every_steps = 200
-  # Reported as supcon_mixed; probed as often as the main model (one flag sets both).
-  probe = {key: value for key, value in config.evals.frozen.items() if key not in ("report_as", "every_steps")}
-  probe["every_steps"] = config.evals.frozen.get_ref("every_steps")
-  config.baselines = ml_collections.ConfigDict({"supcon_mixed": {"data": {"source_aware": False},
-                                                                 "evals": {"frozen": probe}}})
+  # The mixed-sampling baseline as defined above, probed as often as the main model (one flag sets both) and,
+  # without its own `finetune`, fine-tuned like it.
+  mixed = config.baselines.supcon_mixed
+  mixed.evals.frozen.every_steps = config.evals.frozen.get_ref("every_steps")
+  del mixed["finetune"]
+  config.baselines = ml_collections.ConfigDict({"supcon_mixed": mixed})
   return config
 
 
