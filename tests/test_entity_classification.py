@@ -70,3 +70,12 @@ def test_bad_input_is_named():
     entity_classification.evaluate_entity_classification(*train, *dev, broken, test[1])
   with pytest.raises(ValueError, match="at least two classes"):
     entity_classification.evaluate_entity_classification(train[0], np.full(12, "NN"), *dev, *test)
+
+
+def test_a_fit_out_of_iterations_is_logged(caplog):
+  rng = np.random.default_rng(4)
+  splits = [_blobs(rng, counts, scale=0.15) for counts in ([60, 40, 20], [20, 10, 10], [20, 10, 10])]
+  with caplog.at_level("WARNING"):
+    entity_classification.evaluate_entity_classification(*splits[0], *splits[1], *splits[2], c_values=(1e4,),
+                                                         max_iter=2)
+  assert "stopped at max_iter=2" in caplog.text
