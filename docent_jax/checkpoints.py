@@ -1,5 +1,5 @@
-"""Orbax checkpoints of the train state and the input pipeline, the best params, and the workdir's config
-and data guards.
+"""Orbax checkpoints of the train state and the input pipeline, the best params, the log of periodic
+evaluations, and the workdir's config and data guards.
 
 Every path goes through `etils.epath`, so a `gs://` workdir works like a local one.
 """
@@ -23,6 +23,7 @@ CHECKPOINTS_DIR = "checkpoints"  # In a run's workdir: the train state's Orbax s
 CONFIG_FILE = "config.json"
 LOCK_FILE = "training.lock"  # Held by the process 0 of the job training in the workdir: {"host", "pid"}.
 DATA_FILE = "data.json"  # The fingerprint of the data the run trained on.
+EVALUATIONS_FILE = "evaluations.jsonl"  # One line per periodic evaluation done: {"step", "evaluator", "metrics"}.
 
 # Keys that may change between a run and its restart without changing what is trained: where it
 # runs (mesh), how it reads batches ahead (data.num_workers, data.prefetch), whether it recomputes activations
@@ -277,3 +278,36 @@ class BestParams:
   def close(self) -> None:
     self.manager.wait_until_finished()
     self.manager.close()
+
+
+class EvaluationLog:
+  """The periodic evaluations a run has finished, one JSON line each, in `workdir/evaluations.jsonl`.
+
+  A checkpoint is saved before the evaluations of its step run; a run stopped during them resumes from that
+  checkpoint and finds here which of them it still owes, so that no point of a learning curve is lost.
+  """
+
+  def __init__(self, workdir: str | epath.PathLike):
+    self.path = as_path(workdir) / EVALUATIONS_FILE
+    self._lines = self.path.read_text().splitlines() if self.path.exists() else []
+    self._done = set()
+    for number, line in enumerate(self._lines, 1):
+      try:
+        entry = json.loads(line)
+        self._done.add((int(entry["step"]), str(entry["evaluator"])))
+      except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{self.path}:{number}: not an evaluation record ({e}); fix or remove the line.") from e
+
+  def done(self, step: int, evaluator: str) -> bool:
+    return (step, evaluator) in self._done
+
+  def add(self, step: int, metrics: dict[str, dict[str, float]]) -> None:
+    """Records the evaluations of `step` (evaluator name -> its metrics), replacing the file whole."""
+    for evaluator, values in metrics.items():
+      self._lines.append(json.dumps({"step": step, "evaluator": evaluator, "metrics": values}, sort_keys=True))
+      self._done.add((step, evaluator))
+    if jax.process_index() == 0:
+      # Written beside, then renamed: a stop mid-write leaves the previous log whole (GCS cannot append).
+      partial = self.path.parent / (self.path.name + ".partial")
+      partial.write_text("\n".join(self._lines) + "\n")
+      partial.replace(self.path)

@@ -177,7 +177,8 @@ class Trainer:
     return {spec.name: spec.run(self.objective, params) for spec in specs}
 
   def _evaluate_periodic(self, step: int, state: TrainState, specs: list[evaluators.EvalSpec],
-                         writer: metric_writers.MetricWriter, best: checkpoints.BestParams | None) -> dict:
+                         writer: metric_writers.MetricWriter, best: checkpoints.BestParams | None,
+                         log: checkpoints.EvaluationLog) -> dict:
     metrics = self.evaluate(state.params, specs)
     flat = {k: v for m in metrics.values() for k, v in m.items()}
     writer.write_scalars(step, flat)
@@ -186,6 +187,7 @@ class Trainer:
     logging.info("%s step %d: %s", self.config.name, step, ", ".join(f"{k}={v:.4g}" for k, v in sorted(headline.items())))
     if best is not None and best.metric in flat:
       best.offer(step, state.params, flat)
+    log.add(step, metrics)
     return metrics
 
   def train(self) -> tuple[Any, dict[str, dict[str, float]]]:
@@ -219,8 +221,15 @@ class Trainer:
       writer.write_hparams({k: v for k, v in _flatten(config.to_dict()).items() if isinstance(v, (int, float, str))})
     train_step = None
     periodic = [spec for spec in self.evals if spec.every_steps]
+    log = checkpoints.EvaluationLog(self.workdir)
+    last_metrics = {}
+    owed = [spec for spec in periodic if start > 0 and spec.due(start, num_steps) and not log.done(start, spec.name)]
+    if owed:
+      logging.info("%s: step %d was saved but not evaluated (%s) before the run stopped; evaluating it now.",
+                   config.name, start, ", ".join(spec.name for spec in owed))
+      last_metrics = self._evaluate_periodic(start, state, owed, writer, best, log)
     logging.info("%s: training from step %d to %d on mesh %s.", config.name, start, num_steps, dict(self.mesh.shape))
-    last_metrics, timer = {}, (time.time(), start)
+    timer = (time.time(), start)
     for step in range(start + 1, num_steps + 1):
       batch = parallel.global_batch(next(batches), self.mesh, self.objective.shared_batch_keys)
       if train_step is None:
@@ -246,14 +255,11 @@ class Trainer:
       due = [spec for spec in periodic if spec.due(step, num_steps)]
       if due:
         manager.wait_until_finished()
-        last_metrics = self._evaluate_periodic(step, state, due, writer, best)
+        last_metrics = self._evaluate_periodic(step, state, due, writer, best, log)
         timer = (time.time(), step)  # Steps/s and ETA count training only.
     if latest is None and num_steps == 0:
       # Nothing to train: the initial state still serves --mode=evaluate and later stages.
       checkpoints.save(manager, 0, state, batches, force=True)
-    elif start == num_steps and periodic and best is not None and best.best_step() is None:
-      # Finished before its last evaluation (e.g. killed right after the last checkpoint).
-      last_metrics = self._evaluate_periodic(num_steps, state, periodic, writer, best)
     batches.close()  # Stops its reading thread or worker processes.
     manager.wait_until_finished()
     manager.close()

@@ -394,3 +394,46 @@ def test_a_gs_workdir_trains_resumes_and_evaluates_on_cloud_storage(kg_dir, tfds
   assert train.evaluate(config, workdir) == pytest.approx(results, abs=1e-6)
   assert json.loads((run / "results.json").read_text()) == pytest.approx(results, abs=1e-6)
   assert not (tmp_path / "gs:").exists()
+
+
+def test_a_run_stopped_during_an_evaluation_evaluates_that_step_when_it_resumes(trained, kg_dir, tfds_dir, tmp_path,
+                                                                                 monkeypatch):
+  config, trained_dir, results = trained
+  workdir = tmp_path / "run"
+
+  class Stopped(Exception):
+    pass
+
+  calls, run = [], evaluators.EvalSpec.run
+
+  def stop_at_fourth_validation(spec, objective, params):
+    calls.append(spec.name)
+    if calls.count("validation") == 4:  # Step 4: its checkpoint is saved, its validation never finishes.
+      raise Stopped
+    return run(spec, objective, params)
+
+  monkeypatch.setattr(evaluators.EvalSpec, "run", stop_at_fourth_validation)
+  with pytest.raises(Stopped):
+    train.train_and_evaluate(config, workdir)
+  monkeypatch.setattr(evaluators.EvalSpec, "run", run)
+  run_dir = workdir / "blp_transe"
+  assert checkpoints.create_manager(run_dir / "checkpoints", every_steps=2, keep=None).latest_step() == 4
+  logged = [json.loads(line) for line in (run_dir / checkpoints.EVALUATIONS_FILE).read_text().splitlines()]
+  assert [(e["step"], e["evaluator"]) for e in logged] == [(1, "validation"), (2, "validation"), (3, "validation")]
+
+  assert train.train_and_evaluate(config, workdir) == pytest.approx(results, abs=1e-5)
+  # Every step's validation reached TensorBoard and the log once, step 4 included.
+  assert _scalars(run_dir, "validation/mrr") == pytest.approx(_scalars(trained_dir / "blp_transe", "validation/mrr"),
+                                                             abs=1e-5)
+  logged = [json.loads(line) for line in (run_dir / checkpoints.EVALUATIONS_FILE).read_text().splitlines()]
+  assert [e["step"] for e in logged if e["evaluator"] == "validation"] == list(range(1, 9))
+  # A restart of the finished run owes nothing.
+  assert train.train_and_evaluate(config, workdir) == pytest.approx(results, abs=1e-5)
+  assert len((run_dir / checkpoints.EVALUATIONS_FILE).read_text().splitlines()) == len(logged)
+
+
+def test_a_damaged_evaluation_log_names_its_file_and_line(tmp_path):
+  log = tmp_path / checkpoints.EVALUATIONS_FILE
+  log.write_text('{"step": 1, "evaluator": "validation", "metrics": {}}\n{"step": 2, "evalua')
+  with pytest.raises(ValueError, match=rf"{checkpoints.EVALUATIONS_FILE}:2: not an evaluation record"):
+    checkpoints.EvaluationLog(tmp_path)

@@ -5,28 +5,20 @@ L2-regularised multinomial logistic regression (scikit-learn). C is chosen by de
 test accuracy and balanced accuracy are reported. BLP used raw features and C in
 {1e4, 1e3, 1e2, 10, 1, 0.1}; standardising features is optional.
 
-Each fit runs L-BFGS to a tight tolerance: at scikit-learn's default (1e-4) it stops dozens of iterations
-short of the optimum at large C, where the decision boundary, the dev accuracy and so the chosen C then
-depend on the CPU's floating-point path. The L2-regularised problem has one optimum, which a tight
-tolerance reaches on every machine. A fit that runs out of iterations is logged.
+Each fit runs L-BFGS to its optimum (`logistic_probe`), so that C and the result do not depend on the CPU.
 
 Test labels never seen in training cannot be predicted. Their examples stay in the test set (they
 count as errors, as in BLP), and their number is logged and returned.
 """
 from collections.abc import Sequence
-import warnings
 
 from absl import logging
 import numpy as np
-from sklearn import exceptions
-from sklearn import linear_model
-from sklearn import pipeline
-from sklearn import preprocessing
 
+from docent_jax.evaluation import logistic_probe
 from docent_jax.evaluation import metrics
 
 BLP_C_VALUES = (1e4, 1e3, 1e2, 10.0, 1.0, 0.1)
-LBFGS_TOLERANCE = 1e-8  # Far below scikit-learn's 1e-4; see the module docstring.
 
 
 def _check_split(x: np.ndarray, y: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -46,23 +38,11 @@ def _count_unseen(y: np.ndarray, seen: np.ndarray, name: str) -> int:
   return int(unseen.sum())
 
 
-def _fit(x: np.ndarray, y: np.ndarray, c: float, standardize: bool, max_iter: int, tol: float) -> pipeline.Pipeline:
-  steps = [preprocessing.StandardScaler()] if standardize else []
-  model = pipeline.make_pipeline(*steps, linear_model.LogisticRegression(C=c, max_iter=max_iter, tol=tol))
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore", exceptions.ConvergenceWarning)  # Reported below, through absl's log.
-    model.fit(x, y)
-  iterations = int(np.max(model[-1].n_iter_))
-  if iterations >= max_iter:
-    logging.warning("Entity classification: C=%g stopped at max_iter=%d before reaching tol=%g; its result "
-                    "depends on where L-BFGS stopped.", c, max_iter, tol)
-  return model
-
-
 def evaluate_entity_classification(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray, dev_y: np.ndarray,
                                    test_x: np.ndarray, test_y: np.ndarray,
                                    c_values: Sequence[float] = BLP_C_VALUES, standardize: bool = False,
-                                   max_iter: int = 10_000, tol: float = LBFGS_TOLERANCE) -> dict[str, float | int]:
+                                   max_iter: int = logistic_probe.MAX_ITER,
+                                   tol: float = logistic_probe.LBFGS_TOLERANCE) -> dict[str, float | int]:
   """Selects C on dev accuracy, refits on train + dev, and scores the test split.
 
   Returns:
@@ -79,10 +59,11 @@ def evaluate_entity_classification(train_x: np.ndarray, train_y: np.ndarray, dev
   if not c_values:
     raise ValueError("c_values is empty.")
   dev_unseen = _count_unseen(dev_y, train_y, "dev")
+  fit_options = dict(task="Entity classification", standardize=standardize, max_iter=max_iter, tol=tol)
 
   best_c, best_dev_accuracy = None, -1.0
   for c in c_values:
-    dev_accuracy = metrics.accuracy(dev_y, _fit(train_x, train_y, c, standardize, max_iter, tol).predict(dev_x))
+    dev_accuracy = metrics.accuracy(dev_y, logistic_probe.fit(train_x, train_y, c, **fit_options).predict(dev_x))
     logging.debug("Entity classification: C=%g, dev accuracy %.4f.", c, dev_accuracy)
     if dev_accuracy > best_dev_accuracy:
       best_c, best_dev_accuracy = c, dev_accuracy
@@ -90,7 +71,7 @@ def evaluate_entity_classification(train_x: np.ndarray, train_y: np.ndarray, dev
   train_dev_x = np.concatenate([train_x, dev_x])
   train_dev_y = np.concatenate([train_y, dev_y])
   test_unseen = _count_unseen(test_y, train_dev_y, "test")
-  test_predictions = _fit(train_dev_x, train_dev_y, best_c, standardize, max_iter, tol).predict(test_x)
+  test_predictions = logistic_probe.fit(train_dev_x, train_dev_y, best_c, **fit_options).predict(test_x)
   return {
       "accuracy": metrics.accuracy(test_y, test_predictions),
       "balanced_accuracy": metrics.balanced_accuracy(test_y, test_predictions),

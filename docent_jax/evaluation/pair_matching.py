@@ -3,8 +3,8 @@
   * A pair is predicted a match when sigmoid(logit) > 0.5, i.e. logit > 0; reported are precision,
     recall and F1 of the match class, and the mean binary cross-entropy (`match_metrics`).
   * A frozen encoder is probed by a logistic regression on the pair features [u, v, |u - v|, u * v]
-    of its offer vectors (scikit-learn; `fit_linear_probe`): fit on the training pairs, C chosen by
-    validation F1. Peeters and Bizer's classification head has no hidden layer, so with a frozen
+    of its offer vectors (`logistic_probe`, fit to its optimum; `fit_linear_probe`): fit on the
+    training pairs, C chosen by validation F1. Peeters and Bizer's classification head has no hidden layer, so with a frozen
     encoder their fine-tuning is this logistic regression.
 Classifiers whose encoder is trained run through the trainer (`objectives.pair_matching`).
 """
@@ -13,8 +13,8 @@ import dataclasses
 
 from absl import logging
 import numpy as np
-from sklearn import linear_model
 
+from docent_jax.evaluation import logistic_probe
 from docent_jax.evaluation import metrics
 
 # Inverse regularisation strengths tried by the probe, chosen by validation F1.
@@ -69,7 +69,7 @@ class LinearProbe:
 
 
 def fit_linear_probe(offer_vectors: np.ndarray, pairs: Mapping[str, np.ndarray], *,
-                     c_values: Sequence[float] = PROBE_C_VALUES, max_iter: int = 1000) -> LinearProbe:
+                     c_values: Sequence[float] = PROBE_C_VALUES, max_iter: int = logistic_probe.MAX_ITER) -> LinearProbe:
   """Fits on pairs['train'], picks C by F1 on pairs['validation'] (the first best), scores every split.
 
   Args:
@@ -90,11 +90,13 @@ def fit_linear_probe(offer_vectors: np.ndarray, pairs: Mapping[str, np.ndarray],
     raise ValueError("The training pairs need matches and non-matches.")
   best = None
   for c in c_values:
-    model = linear_model.LogisticRegression(C=c, max_iter=max_iter).fit(features["train"], labels["train"])
+    model = logistic_probe.fit(features["train"], labels["train"], c, task="Linear probe", max_iter=max_iter)
     f1 = match_metrics(model.decision_function(features["validation"]), labels["validation"])["f1"]
     logging.info("Linear probe C=%g: validation F1 %.4f.", c, f1)
     if best is None or f1 > best[0]:
       best = (f1, c, model)
   _, c, model = best
   scores = {split: match_metrics(model.decision_function(x), labels[split]) for split, x in features.items()}
-  return LinearProbe(weights=model.coef_[0].astype(np.float32), bias=float(model.intercept_[0]), c=c, metrics=scores)
+  regression = model[-1]
+  return LinearProbe(weights=regression.coef_[0].astype(np.float32), bias=float(regression.intercept_[0]), c=c,
+                     metrics=scores)
