@@ -96,3 +96,31 @@ def test_shard_rows_splits_rows_over_every_device_or_replicates_uneven_ones():
   uneven = parallel.shard_rows(rows[:15], mesh)
   assert uneven.sharding.is_fully_replicated
   np.testing.assert_array_equal(parallel.fetch(uneven), rows[:15])
+
+
+@pytest.mark.parametrize("pad", [0, 1])  # BERT's padding id, and RoBERTa's.
+def test_map_token_batches_cuts_rows_to_length_buckets_and_keeps_their_order(pad):
+  mesh = _mesh((4, 2))
+  rng = np.random.default_rng(0)
+  lengths = np.concatenate([[2, 8, 9, 16, 17, 24, 25, 32], rng.integers(2, 33, size=40)])
+  tokens = np.full((len(lengths), 32), pad, np.int32)
+  for row, length in enumerate(lengths):
+    tokens[row, :length] = rng.integers(2, 100, size=length)
+  widths = []
+
+  def weighted_sum_fn():  # A new function object for each call: jax.jit caches compilations per function.
+    def weighted_sum(params, batch):  # Depends on every token and its position, not on trailing padding.
+      widths.append(batch.shape[1])
+      positions = jnp.arange(1, batch.shape[1] + 1)
+      return jnp.where(batch != pad, batch * positions, 0).sum(axis=1) * params
+    return weighted_sum
+
+  expected = np.where(tokens != pad, tokens * np.arange(1, 33), 0).sum(axis=1) * 2
+  out = parallel.map_token_batches(weighted_sum_fn(), 2, tokens, pad_id=pad, batch_size=8, mesh=mesh)
+  np.testing.assert_array_equal(out, expected)
+  assert sorted(widths) == [8, 16, 24, 32]  # One compilation per bucket.
+  widths.clear()
+  out = parallel.map_token_batches(weighted_sum_fn(), 2, tokens[lengths > 16], pad_id=pad, batch_size=8, mesh=mesh,
+                                   buckets=(4, 16, 40))
+  np.testing.assert_array_equal(out, expected[lengths > 16])
+  assert widths == [32]  # Only the full width holds rows over 16; a bucket past the width is dropped.

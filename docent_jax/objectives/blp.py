@@ -73,6 +73,7 @@ class BlpObjective(base.Objective):
     if config.data.get("drop_stopwords", False):
       texts = tokenization.without_stopwords(texts)
     self.entity_tokens = tokenization.tokenize_texts(tokenizer, texts, config.data.max_len)
+    self.pad_id = tokenizer.pad_token_id  # Of `entity_tokens`, which are padded after the text.
     self.scoring = relations.get_scoring_function(config.model.scoring)
     self.loss_fn = losses.get_link_prediction_loss(config.loss.name)
     bert_config, self._bert_params = pretrained.load_model_bert(config.model, tokenizer.vocab_size)
@@ -119,14 +120,16 @@ class BlpObjective(base.Objective):
     return loss, {"loss": loss, "positive_score": positive.mean(), "negative_score": negative.mean()}
 
   def entity_embeddings(self, params: Any) -> np.ndarray:
-    """Every entity's vector, computed once per params in batches split over the data axis."""
+    """Every entity's vector, computed once per params in batches split over the data axis, each description in
+    the shortest row that holds it."""
     if self._embeddings is None or self._embeddings[0] is not params:
-      self._embeddings = (params, parallel.map_batches(self._encode_entities, params, self.entity_tokens,
-                                                       batch_size=self.config.eval.batch_size, mesh=self.mesh,
-                                                       what="entities"))
+      self._embeddings = (params, parallel.map_token_batches(self.encode_entities, params, self.entity_tokens,
+                                                             pad_id=self.pad_id, batch_size=self.config.eval.batch_size,
+                                                             mesh=self.mesh, what="entities"))
     return self._embeddings[1]
 
-  def _encode_entities(self, params: Any, tokens: jax.Array) -> jax.Array:
+  def encode_entities(self, params: Any, tokens: jax.Array) -> jax.Array:
+    """Entity vectors [N, d] of description token ids [N, L] (any L: trailing padding changes nothing)."""
     return self.model.apply({"params": params}, tokens, method=BlpModel.encode)
 
   def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:

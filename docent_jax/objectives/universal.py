@@ -47,7 +47,8 @@ ANALOGY_FILES = {"words": "analogy/questions-words.txt", "phrases": "analogy/que
 PPDB_SAMPLE_FILE = "ppdb/ppdb-sample.tsv"
 # Beside the TFDS datasets: the analogy candidates, made once per question set and reference model.
 CANDIDATES_DIR = "analogy_candidates"
-# Row lengths (tokens) that texts are encoded in, the shortest that fits each text (then data.max_len).
+# Row lengths (tokens) that texts are encoded in, the shortest that fits each text (then data.max_len): words
+# and phrases need a few tokens.
 _LENGTH_BUCKETS = (8, 16, 32)
 
 
@@ -189,15 +190,9 @@ class UniversalObjective(base.Objective):
     texts in short rows (one compilation per length bucket): words and phrases need a few tokens, not max_len."""
     unique, position = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
     tokens = tokenization.tokenize_texts(self.tokenizer, list(unique), self.config.data.max_len)
-    lengths = (tokens != self.tokenizer.pad_token_id).sum(axis=1)
-    vectors = np.zeros((len(unique), self.bert_config.hidden_size), np.float32)
-    shorter = 0
-    for bucket in sorted({min(b, tokens.shape[1]) for b in (*_LENGTH_BUCKETS, tokens.shape[1])}):
-      rows = np.flatnonzero((lengths > shorter) & (lengths <= bucket))
-      if len(rows):
-        vectors[rows] = parallel.map_batches(self.encode, params, tokens[rows, :bucket],
-                                             batch_size=self.config.eval.batch_size, mesh=self.mesh, what="texts")
-      shorter = bucket
+    vectors = parallel.map_token_batches(self.encode, params, tokens, pad_id=self.tokenizer.pad_token_id,
+                                         batch_size=self.config.eval.batch_size, mesh=self.mesh,
+                                         buckets=_LENGTH_BUCKETS, what="texts")
     return vectors[position]
 
 
