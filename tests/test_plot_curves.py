@@ -69,3 +69,13 @@ def test_the_tool_writes_a_png_and_prints_the_tables(tmp_path):
        "--reference=validation/mrr,0.18,paper", f"--output={output}"], capture_output=True, text=True, check=True)
   assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert "batch 256: validation/mrr >= 0.18 (paper): step 50 (12,800 examples" in result.stdout
+
+
+def test_plots_against_wall_clock_and_refuses_unknown_axes(tmp_path):
+  run = _write_run(tmp_path / "run", 8, [{1: 0.5, 2: 0.6}])
+  curves = {"run": plot_curves.read_curves(plot_curves.epath.Path(run), ["validation/mrr"])}
+  output = plot_curves.epath.Path(tmp_path / "curves.png")
+  plot_curves.plot(curves, ["validation/mrr"], [], output, x_axes=("step", "examples", "wall_clock"))
+  assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  with pytest.raises(ValueError, match="expected some of"):
+    plot_curves.plot(curves, ["validation/mrr"], [], output, x_axes=("seconds",))

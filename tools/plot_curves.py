@@ -5,8 +5,8 @@
       --reference "validation/mrr,0.180,BE-BOW in BLP (test MRR)"
 
 Each --run is LABEL=DIR, a model's directory of a workdir (it holds config.json and the events); each
---metric gets a row of two plots, against training steps and against examples seen (steps x the run's
-`train.global_batch_size`). A --reference is METRIC,VALUE,LABEL: a horizontal line, and the first
+--metric gets a row of plots, one per --x: against training steps, examples seen (steps x the run's
+`train.global_batch_size`) or training wall-clock (`wall_clock`, in minutes; compare runs made on one machine). A --reference is METRIC,VALUE,LABEL: a horizontal line, and the first
 evaluated step of each run at or above it. A run resumed after a stop has several event files; a step
 logged twice keeps its last value, and the wall-clock column adds up each file's span, so the gaps
 between runs do not count. DIR may be a gs:// path.
@@ -23,12 +23,20 @@ matplotlib.use("Agg")  # Files only: no display on a training host.
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+# --x choice -> (its label, its value of a point).
+X_AXES = {
+    "step": ("training steps", lambda point: point.step),
+    "examples": ("examples seen", lambda point: point.examples),
+    "wall_clock": ("training wall-clock (min)", lambda point: point.wall_s / 60),
+}
+
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("run", None, "LABEL=DIR: a model directory of a workdir.")
 flags.DEFINE_multi_string("metric", None, "A scalar tag, e.g. validation/mrr; one row of plots each.")
 flags.DEFINE_multi_string("reference", [], "METRIC,VALUE,LABEL: a horizontal line, e.g. a paper's number.")
 flags.DEFINE_string("output", None, "The PNG to write.")
 flags.DEFINE_string("title", "", "A title above the plots.")
+flags.DEFINE_list("x", ["step", "examples"], f"What each row's plots are against, of {list(X_AXES)}.")
 flags.mark_flags_as_required(["run", "metric", "output"])
 
 
@@ -126,20 +134,25 @@ def markdown_tables(curves: dict[str, dict[str, list[Point]]], references: list[
 
 
 def plot(curves: dict[str, dict[str, list[Point]]], metrics: list[str], references: list[Reference],
-         output: epath.Path, title: str = "") -> None:
-  figure, axes = plt.subplots(len(metrics), 2, figsize=(11, 3.6 * len(metrics)), squeeze=False)
+         output: epath.Path, title: str = "", x_axes: tuple[str, ...] = ("step", "examples")) -> None:
+  unknown = [x for x in x_axes if x not in X_AXES]
+  if unknown or not x_axes:
+    raise ValueError(f"--x {list(x_axes)}: expected some of {list(X_AXES)}.")
+  figure, axes = plt.subplots(len(metrics), len(x_axes), figsize=(5.5 * len(x_axes), 3.6 * len(metrics)),
+                              squeeze=False)
   for row, metric in enumerate(metrics):
-    for column, x_name in enumerate(("step", "examples")):
+    for column, x_name in enumerate(x_axes):
       ax = axes[row][column]
+      x_label, x_of = X_AXES[x_name]
       for label, by_metric in curves.items():
         points = by_metric[metric]
-        ax.plot([getattr(p, x_name) for p in points], [p.value for p in points], marker=".", label=label)
+        ax.plot([x_of(p) for p in points], [p.value for p in points], marker=".", label=label)
       for reference in references:
         if reference.metric == metric:
           ax.axhline(reference.value, linestyle="--", color="gray")
           ax.annotate(reference.label, (0.01, reference.value), xycoords=("axes fraction", "data"),
                       textcoords="offset points", xytext=(0, 3), fontsize=8, color="dimgray")
-      ax.set_xlabel("training steps" if x_name == "step" else "examples seen")
+      ax.set_xlabel(x_label)
       ax.set_ylabel(metric)
       ax.grid(alpha=0.3)
       ax.legend(fontsize=8, loc="lower right")
@@ -161,7 +174,7 @@ def main(argv: list[str]) -> None:
   runs = [parse_run(text) for text in FLAGS.run]
   curves = {label: read_curves(directory, FLAGS.metric) for label, directory in runs}
   output = epath.Path(FLAGS.output)
-  plot(curves, FLAGS.metric, references, output, FLAGS.title)
+  plot(curves, FLAGS.metric, references, output, FLAGS.title, tuple(FLAGS.x))
   print(markdown_tables(curves, references))
   print(f"\nWrote {output}.")
 
