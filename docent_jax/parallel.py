@@ -188,33 +188,43 @@ def map_batches(fn: Callable[[Any, jax.Array], Any], params: Any, inputs: np.nda
   return jax.tree.map(lambda *parts: np.concatenate(parts)[:num_rows], *outputs)
 
 
-def map_token_batches(fn: Callable[[Any, jax.Array], Any], params: Any, tokens: np.ndarray, *, pad_id: int,
-                      batch_size: int, mesh: Mesh, buckets: Sequence[int] = (), what: str = "rows") -> np.ndarray:
-  """`map_batches` over right-padded token rows, each row cut to the shortest length bucket that holds it.
-
-  Text encoders spend their time per token, and most texts are shorter than the table's width: encoding them in
-  shorter rows gives the same vectors for less compute, at one compilation per bucket. `fn` must ignore trailing
-  padding (an attention mask, a masked mean), which every encoder here does.
+def length_buckets(tokens: np.ndarray, pad_id: int, buckets: Sequence[int] = ()) -> list[tuple[int, np.ndarray]]:
+  """(row length, indices of the rows it holds) for right-padded token rows, each row in the shortest bucket that
+  holds its text; buckets without rows are left out.
 
   Args:
     tokens: int [n, width] token ids, padding (`pad_id`) only after the text.
     buckets: row lengths to cut to; the width is always one. Empty: every multiple of 8 below the width.
   """
-  tokens = np.asarray(tokens)
   width = tokens.shape[1]
   lengths = (tokens != pad_id).sum(axis=1)
-  outputs, shorter = None, -1
+  groups, shorter = [], -1
   for bucket in sorted({*(b for b in (buckets or range(8, width, 8)) if b < width), width}):
     rows = np.flatnonzero((lengths > shorter) & (lengths <= bucket))
     shorter = bucket
-    if not len(rows):
-      continue
+    if len(rows):
+      groups.append((bucket, rows))
+  return groups
+
+
+def map_token_batches(fn: Callable[[Any, jax.Array], Any], params: Any, tokens: np.ndarray, *, pad_id: int,
+                      batch_size: int, mesh: Mesh, buckets: Sequence[int] = (), what: str = "rows") -> np.ndarray:
+  """`map_batches` over right-padded token rows, each row cut to its `length_buckets` length.
+
+  Text encoders spend their time per token, and most texts are shorter than the table's width: encoding them in
+  shorter rows gives the same vectors for less compute, at one compilation per bucket. `fn` must ignore trailing
+  padding (an attention mask, a masked mean), which every encoder here does.
+  """
+  tokens = np.asarray(tokens)
+  groups = length_buckets(tokens, pad_id, buckets)
+  if not groups:  # No rows: the output's shape comes from the full width.
+    return map_batches(fn, params, tokens, batch_size=batch_size, mesh=mesh, what=what)
+  outputs = None
+  for bucket, rows in groups:
     vectors = map_batches(fn, params, tokens[rows, :bucket], batch_size=batch_size, mesh=mesh, what=what)
     if outputs is None:
       outputs = np.zeros((len(tokens), *vectors.shape[1:]), vectors.dtype)
     outputs[rows] = vectors
-  if outputs is None:  # No rows: the output's shape comes from the full width.
-    return map_batches(fn, params, tokens, batch_size=batch_size, mesh=mesh, what=what)
   return outputs
 
 
