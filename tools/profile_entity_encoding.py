@@ -16,6 +16,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any
 
 from absl import app
 from absl import flags
@@ -35,15 +36,12 @@ flags.DEFINE_integer("repeats", 3, "Timed calls of each way (after a compiling o
 flags.mark_flags_as_required(["config"])
 
 
-def main(argv: list[str]) -> None:
-  del argv
-  config = FLAGS.config
-  with tempfile.TemporaryDirectory() as workdir:
-    trainer = train.Trainer(config, workdir)
-  objective = trainer.objective
+def profile(trainer: train.Trainer, entities: int, repeats: int) -> dict[str, Any]:
+  """Rates, tokens per row and the largest vector difference of the two ways over `entities` descriptions."""
+  config, objective = trainer.config, trainer.objective
   tokens = objective.entity_tokens
-  if 0 < FLAGS.entities < len(tokens):
-    tokens = tokens[np.linspace(0, len(tokens) - 1, FLAGS.entities).round().astype(int)]
+  if 0 < entities < len(tokens):
+    tokens = tokens[np.linspace(0, len(tokens) - 1, entities).round().astype(int)]
   params = trainer.initial_state().params
   options = dict(batch_size=config.eval.batch_size, mesh=trainer.mesh)
   ways = {
@@ -53,7 +51,7 @@ def main(argv: list[str]) -> None:
   }
   vectors = {name: encode() for name, encode in ways.items()}  # Compiles every shape.
   seconds = {name: [] for name in ways}
-  for _ in range(FLAGS.repeats):
+  for _ in range(repeats):
     for name, encode in ways.items():
       start = time.perf_counter()
       encode()
@@ -62,16 +60,24 @@ def main(argv: list[str]) -> None:
   lengths = (tokens != objective.pad_id).sum(axis=1)
   groups = parallel.length_buckets(tokens, objective.pad_id)
   bucketed = sum(bucket * len(rows) for bucket, rows in groups) / len(tokens)
-  print(json.dumps({
-      "cpu": bench_input_pipeline.cpu_model(), "cpu_count": os.cpu_count(), "device": jax.devices()[0].device_kind,
-      "config": config.name, "dataset": config.data.dataset, "entities": len(tokens), "max_len": tokens.shape[1],
+  return {
+      "entities": len(tokens), "max_len": tokens.shape[1],
       "mean_tokens_per_row": {"text": round(float(lengths.mean()), 2), "full_width": tokens.shape[1],
                               "length_buckets": round(float(bucketed), 2)},
       "entities_per_second": {name: round(rate, 1) for name, rate in rates.items()},
       "speedup": round(rates["length_buckets"] / rates["full_width"], 3),
       "max_abs_difference": float(np.abs(vectors["full_width"] - vectors["length_buckets"]).max()),
-  }, indent=2))
+  }
 
+
+def main(argv: list[str]) -> None:
+  del argv
+  config = FLAGS.config
+  with tempfile.TemporaryDirectory() as workdir:
+    trainer = train.Trainer(config, workdir)
+  print(json.dumps({"cpu": bench_input_pipeline.cpu_model(), "cpu_count": os.cpu_count(),
+                    "device": jax.devices()[0].device_kind, "config": config.name, "dataset": config.data.dataset,
+                    **profile(trainer, FLAGS.entities, FLAGS.repeats)}, indent=2))
 
 if __name__ == "__main__":
   app.run(main)
