@@ -20,9 +20,13 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from docent_jax import train  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "The config the workdir was trained with.", lock_config=True)
-flags.DEFINE_string("workdir", None, "A trained workdir.")
-flags.mark_flags_as_required(["config", "workdir"])
+
+
+def define_flags() -> None:
+  """The command line; defined only when run as a script, so one process can import several tools."""
+  config_flags.DEFINE_config_file("config", None, "The config the workdir was trained with.", lock_config=True)
+  flags.DEFINE_string("workdir", None, "A trained workdir.")
+  flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv: list[str]) -> None:
@@ -42,4 +46,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -31,13 +31,17 @@ X_AXES = {
 }
 
 FLAGS = flags.FLAGS
-flags.DEFINE_multi_string("run", None, "LABEL=DIR: a model directory of a workdir.")
-flags.DEFINE_multi_string("metric", None, "A scalar tag, e.g. validation/mrr; one row of plots each.")
-flags.DEFINE_multi_string("reference", [], "METRIC,VALUE,LABEL: a horizontal line, e.g. a paper's number.")
-flags.DEFINE_string("output", None, "The PNG to write.")
-flags.DEFINE_string("title", "", "A title above the plots.")
-flags.DEFINE_list("x", ["step", "examples"], f"What each row's plots are against, of {list(X_AXES)}.")
-flags.mark_flags_as_required(["run", "metric", "output"])
+
+
+def define_flags() -> None:
+  """The command line; defined only when run as a script, so one process can import several tools."""
+  flags.DEFINE_multi_string("run", None, "LABEL=DIR: a model directory of a workdir.")
+  flags.DEFINE_multi_string("metric", None, "A scalar tag, e.g. validation/mrr; one row of plots each.")
+  flags.DEFINE_multi_string("reference", [], "METRIC,VALUE,LABEL: a horizontal line, e.g. a paper's number.")
+  flags.DEFINE_string("output", None, "The PNG to write.")
+  flags.DEFINE_string("title", "", "A title above the plots.")
+  flags.DEFINE_list("x", ["step", "examples"], f"What each row's plots are against, of {list(X_AXES)}.")
+  flags.mark_flags_as_required(["run", "metric", "output"])
 
 
 @dataclasses.dataclass
@@ -180,4 +184,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

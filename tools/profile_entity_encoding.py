@@ -30,10 +30,14 @@ from docent_jax import parallel  # pylint: disable=g-import-not-at-top
 from docent_jax import train  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "A BLP training config.", lock_config=True)
-flags.DEFINE_integer("entities", 4096, "Descriptions encoded per call, evenly spaced over the graph (0: all).")
-flags.DEFINE_integer("repeats", 3, "Timed calls of each way (after a compiling one).")
-flags.mark_flags_as_required(["config"])
+
+
+def define_flags() -> None:
+  """The command line; defined only when run as a script, so one process can import several tools."""
+  config_flags.DEFINE_config_file("config", None, "A BLP training config.", lock_config=True)
+  flags.DEFINE_integer("entities", 4096, "Descriptions encoded per call, evenly spaced over the graph (0: all).")
+  flags.DEFINE_integer("repeats", 3, "Timed calls of each way (after a compiling one).")
+  flags.mark_flags_as_required(["config"])
 
 
 def profile(trainer: train.Trainer, entities: int, repeats: int) -> dict[str, Any]:
@@ -79,5 +83,7 @@ def main(argv: list[str]) -> None:
                     "device": jax.devices()[0].device_kind, "config": config.name, "dataset": config.data.dataset,
                     **profile(trainer, FLAGS.entities, FLAGS.repeats)}, indent=2))
 
+
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -32,9 +32,13 @@ from docent_jax import train  # pylint: disable=g-import-not-at-top
 from docent_jax.data import pipeline  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "The training config.", lock_config=True)
-flags.DEFINE_integer("steps", 10, "Timed calls of each part (after the compiling one).")
-flags.mark_flags_as_required(["config"])
+
+
+def define_flags() -> None:
+  """The command line; defined only when run as a script, so one process can import several tools."""
+  config_flags.DEFINE_config_file("config", None, "The training config.", lock_config=True)
+  flags.DEFINE_integer("steps", 10, "Timed calls of each part (after the compiling one).")
+  flags.mark_flags_as_required(["config"])
 
 
 def median_seconds(fn: Callable[[], Any], calls: int) -> float:
@@ -104,4 +108,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)
