@@ -142,8 +142,9 @@ def plot(curves: dict[str, dict[str, list[Point]]], metrics: list[str], referenc
   unknown = [x for x in x_axes if x not in X_AXES]
   if unknown or not x_axes:
     raise ValueError(f"--x {list(x_axes)}: expected some of {list(X_AXES)}.")
-  figure, axes = plt.subplots(len(metrics), len(x_axes), figsize=(5.5 * len(x_axes), 3.6 * len(metrics)),
-                              squeeze=False)
+  # One legend under all plots: inside a plot it hides the curves once there are several runs.
+  size = (5.5 * len(x_axes), 3.6 * len(metrics) + 0.25 * len(curves))
+  figure, axes = plt.subplots(len(metrics), len(x_axes), figsize=size, squeeze=False, layout="constrained")
   for row, metric in enumerate(metrics):
     for column, x_name in enumerate(x_axes):
       ax = axes[row][column]
@@ -159,10 +160,10 @@ def plot(curves: dict[str, dict[str, list[Point]]], metrics: list[str], referenc
       ax.set_xlabel(x_label)
       ax.set_ylabel(metric)
       ax.grid(alpha=0.3)
-      ax.legend(fontsize=8, loc="lower right")
+  handles, labels = axes[0][0].get_legend_handles_labels()
+  figure.legend(handles, labels, loc="outside lower center", fontsize=8)
   if title:
     figure.suptitle(title)
-  figure.tight_layout()
   output.parent.mkdir(parents=True, exist_ok=True)
   with output.open("wb") as file:
     figure.savefig(file, format="png", dpi=110)
