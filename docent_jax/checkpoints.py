@@ -52,6 +52,39 @@ class DataMismatchError(RuntimeError):
   """The workdir was written by a run on different data."""
 
 
+class CheckpointWriteError(RuntimeError):
+  """A checkpoint could not be written (e.g. a full disk); names the step, the directory and the OS cause."""
+
+
+class DamagedFileError(ValueError):
+  """A file the trainer writes whole cannot be read back; it is left as it is."""
+
+
+def write_atomically(path: str | epath.PathLike, text: str) -> None:
+  """Writes `text` beside `path`, then renames it over `path`: a stop or a full disk mid-write leaves the
+  previous file whole (GCS objects are replaced whole too)."""
+  path = as_path(path)
+  partial = path.parent / (path.name + ".partial")
+  try:
+    partial.write_text(text)
+  except BaseException:
+    if partial.exists():
+      partial.unlink()
+    raise
+  partial.replace(path)
+
+
+def read_json(path: str | epath.PathLike) -> Any:
+  """The JSON in `path`; a damaged file is a `DamagedFileError` naming it."""
+  path = as_path(path)
+  text = path.read_text()
+  try:
+    return json.loads(text)
+  except ValueError as error:
+    raise DamagedFileError(f"{path} is damaged ({error}; {len(text)} bytes). It is left as it is: restore it, or "
+                           "move it away to start it anew.") from error
+
+
 def as_path(path: str | epath.PathLike) -> epath.Path:
   """An epath.Path; local relative paths become absolute (Orbax needs absolute paths), URLs stay as they are."""
   path = epath.Path(path)
@@ -90,16 +123,18 @@ def recorded_config(workdir: str | epath.PathLike) -> ml_collections.ConfigDict:
   path = as_path(workdir) / CONFIG_FILE
   if not path.exists():
     raise FileNotFoundError(f"{path} does not exist: {path.parent} holds no run.")
-  return ml_collections.ConfigDict(json.loads(path.read_text()))
+  return ml_collections.ConfigDict(read_json(path))
 
 
 @contextlib.contextmanager
-def workdir_lock(workdir: str | epath.PathLike) -> Iterator[None]:
+def workdir_lock(workdir: str | epath.PathLike, take_over_other_hosts: bool = False) -> Iterator[None]:
   """Holds the workdir's training lock (process 0 of the job takes it), so that two jobs never train one run.
 
   A lock left by a process of this host that no longer runs (e.g. killed) is taken over with a warning;
-  one from another host is refused, since its process cannot be checked from here. On a local disk the
-  lock is created atomically; on a remote filesystem two starts in the same second may both pass.
+  one from another host is refused, since its process cannot be checked from here, unless
+  `take_over_other_hosts` says that those hosts are gone (a preempted TPU VM, recreated under other host
+  names). On a local disk the lock is created atomically; on a remote filesystem two starts in the same
+  second may both pass.
   """
   if jax.process_index() != 0:
     yield
@@ -109,11 +144,13 @@ def workdir_lock(workdir: str | epath.PathLike) -> Iterator[None]:
   owner = {"host": socket.gethostname(), "pid": os.getpid()}
   while not _create_exclusive(path, json.dumps(owner)):
     holder = json.loads(path.read_text() or "{}")
-    if holder.get("host") != owner["host"] or _process_alive(holder.get("pid", -1)):
+    same_host = holder.get("host") == owner["host"]
+    if (same_host and _process_alive(holder.get("pid", -1))) or not (same_host or take_over_other_hosts):
       raise WorkdirLockedError(
           f"{path.parent}: another job (pid {holder.get('pid')} on {holder.get('host')}) is training this run. "
-          f"Wait for it, or remove {path} if no such job runs.")
-    logging.warning("%s: taking over the lock of pid %s, which no longer runs.", path, holder.get("pid"))
+          f"Wait for it; if that host is gone (e.g. a preempted VM), restart with --resume_preempted.")
+    logging.warning("%s: taking over the lock of pid %s on %s, which no longer runs.", path, holder.get("pid"),
+                    holder.get("host"))
     path.unlink()
   try:
     yield
@@ -189,7 +226,7 @@ def _record_or_check(workdir: str | epath.PathLike, name: str, current: dict[str
   step was trained under it; a record under which nothing was trained is replaced, with a warning."""
   path = as_path(workdir) / name
   if path.exists():
-    changes = changes_from(json.loads(path.read_text()))
+    changes = changes_from(read_json(path))
     if not changes:
       return
     if has_trained_steps(workdir):
@@ -198,7 +235,7 @@ def _record_or_check(workdir: str | epath.PathLike, name: str, current: dict[str
                     "; ".join(changes))
   if jax.process_index() == 0:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(current, indent=2, sort_keys=True))
+    write_atomically(path, json.dumps(current, indent=2, sort_keys=True))
 
 
 def _differing_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -208,34 +245,87 @@ def _differing_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
   return [] if old == new else [prefix.rstrip(".")]
 
 
-def create_manager(directory: str | epath.PathLike, *, every_steps: int, keep: int | None) -> ocp.CheckpointManager:
-  return ocp.CheckpointManager(
-      as_path(directory),
-      options=ocp.CheckpointManagerOptions(save_interval_steps=every_steps, max_to_keep=keep, create=True),
-      item_names=("state", "data"),
-  )
+def _cause(error: BaseException) -> str:
+  """The OS error behind `error` (e.g. 'No space left on device'), else its own message, on one line."""
+  seen = error
+  while seen is not None:
+    if isinstance(seen, OSError) and seen.strerror:
+      return f"{type(seen).__name__}: {seen.strerror}"
+    seen = seen.__cause__ or seen.__context__
+  return f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
 
 
-def save(manager: ocp.CheckpointManager, step: int, state: Any, data_iterator: Any, *, force: bool = False) -> None:
-  manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                             data=grain.checkpoint.CheckpointSave(data_iterator)), force=force)
+class StateCheckpoints:
+  """The train state's Orbax checkpoints (with the input pipeline's state) in `workdir/checkpoints`.
 
+  Saves are asynchronous; a save that fails (at once or while it is written) is one `CheckpointWriteError`
+  naming the step, the directory and the OS cause, instead of errors of Orbax's and TensorStore's threads.
+  """
 
-def restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any, data_iterator: Any | None) -> Any:
-  """Restores the state onto the shardings of `abstract_state` (any mesh) and, if given, the iterator."""
-  args = {"state": ocp.args.StandardRestore(abstract_state)}
-  if data_iterator is not None:
-    args["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
-  try:
-    restored = manager.restore(step, args=ocp.args.Composite(**args))
-  except Exception as error:  # Orbax, TensorStore and grain each raise their own types for a damaged step.
-    earlier = [s for s in manager.all_steps() if s < step]
-    fallback = f"remove it to resume from step {max(earlier)}" if earlier else "remove it to start again"
-    reason = " ".join(str(error).split())[:300]
-    raise CheckpointError(f"Checkpoint {step} in {manager.directory} cannot be restored ({type(error).__name__}: "
-                          f"{reason}). If it is damaged (e.g. a copy cut short), {fallback}.") from error
-  logging.info("Restored step %d from %s.", step, manager.directory)
-  return restored["state"]
+  def __init__(self, workdir: str | epath.PathLike, *, every_steps: int = 1, keep: int | None = None):
+    self.directory = as_path(workdir) / CHECKPOINTS_DIR
+    self.manager = ocp.CheckpointManager(
+        self.directory,
+        options=ocp.CheckpointManagerOptions(save_interval_steps=every_steps, max_to_keep=keep, create=True),
+        item_names=("state", "data"))
+    self._saving: int | None = None  # The step whose write may still be in flight.
+
+  def latest_step(self) -> int | None:
+    return self.manager.latest_step()
+
+  def should_save(self, step: int) -> bool:
+    return self.manager.should_save(step)
+
+  def reached_preemption(self, step: int) -> bool:
+    """Whether every process of a multi-process job reached the step at which JAX's preemption service
+    (SIGTERM on any host) asks them all to save; False in a single process."""
+    return jax.process_count() > 1 and self.manager.reached_preemption(step)
+
+  def save(self, step: int, state: Any, data_iterator: Any, *, force: bool = False) -> None:
+    try:
+      saved = self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                              data=grain.checkpoint.CheckpointSave(data_iterator)),
+                                force=force)
+    except Exception as error:  # Orbax raises the previous save's failure here, or this one's.
+      raise self._write_error(step, error) from error
+    if saved:
+      self._saving = step
+
+  def wait_until_finished(self) -> None:
+    """Blocks until the last save is on disk."""
+    try:
+      self.manager.wait_until_finished()
+    except Exception as error:
+      raise self._write_error(self._saving, error) from error
+
+  def _write_error(self, step: int | None, error: BaseException) -> CheckpointWriteError:
+    step = self._saving if self._saving is not None else step
+    return CheckpointWriteError(f"Writing checkpoint {step} to {self.directory} failed ({_cause(error)}); the "
+                                "checkpoints saved before it are kept.")
+
+  def restore(self, step: int, abstract_state: Any, data_iterator: Any | None) -> Any:
+    """Restores the state onto the shardings of `abstract_state` (any mesh) and, if given, the iterator."""
+    args = {"state": ocp.args.StandardRestore(abstract_state)}
+    if data_iterator is not None:
+      args["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
+    try:
+      restored = self.manager.restore(step, args=ocp.args.Composite(**args))
+    except Exception as error:  # Orbax, TensorStore and grain each raise their own types for a damaged step.
+      earlier = [s for s in self.manager.all_steps() if s < step]
+      fallback = f"remove it to resume from step {max(earlier)}" if earlier else "remove it to start again"
+      reason = " ".join(str(error).split())[:300]
+      raise CheckpointError(f"Checkpoint {step} in {self.directory} cannot be restored ({type(error).__name__}: "
+                            f"{reason}). If it is damaged (e.g. a copy cut short), {fallback}.") from error
+    logging.info("Restored step %d from %s.", step, self.directory)
+    return restored["state"]
+
+  def close(self) -> None:
+    """Waits for the last save and closes; after a failed write, closes without raising it again."""
+    try:
+      self.manager.wait_until_finished()
+    except Exception:  # Already raised as a CheckpointWriteError.
+      pass
+    self.manager.close()
 
 
 class BestParams:
@@ -306,8 +396,5 @@ class EvaluationLog:
     for evaluator, values in metrics.items():
       self._lines.append(json.dumps({"step": step, "evaluator": evaluator, "metrics": values}, sort_keys=True))
       self._done.add((step, evaluator))
-    if jax.process_index() == 0:
-      # Written beside, then renamed: a stop mid-write leaves the previous log whole (GCS cannot append).
-      partial = self.path.parent / (self.path.name + ".partial")
-      partial.write_text("\n".join(self._lines) + "\n")
-      partial.replace(self.path)
+    if jax.process_index() == 0:  # Replaced whole: GCS cannot append.
+      write_atomically(self.path, "\n".join(self._lines) + "\n")

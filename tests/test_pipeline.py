@@ -19,6 +19,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from configs import default
+from docent_jax import config_schema
 from docent_jax import parallel
 from docent_jax import train
 from docent_jax.data import pipeline
@@ -270,4 +271,4 @@ def test_config_rejects_bad_read_ahead(key, value):
   config = default.get_config()
   config.data[key] = value
   with pytest.raises(ValueError, match=f"config.data.{key} = {value}"):
-    train.check_config(config, parallel.create_mesh(config.mesh))
+    config_schema.check_config(config, parallel.create_mesh(config.mesh))

@@ -1,4 +1,5 @@
 """The trainer end to end on a tiny KG: results, sharding invariance, resume after a kill, multi-process."""
+import importlib.util
 import json
 import os
 import pathlib
@@ -133,8 +134,14 @@ def test_changed_data_under_the_same_path_is_refused(tfds_dir, tmp_path):
     ("train.log_every_steps", 0, "must be at least 1"),
     ("train.checkpoint_every_steps", 0, "must be at least 1"),
     ("train.keep_checkpoints", 0, "must be at least 1"),
-    ("train.num_steps", -3, "must be 0"),
+    ("train.num_steps", -3, "must be at least 0"),
     ("model.dtype", "float8", "valid: \\['float32', 'bfloat16', 'float16'\\]"),
+    ("optim.learning_rate", -1e-3, "must be greater than 0"),  # Gradient ascent.
+    ("loss.margin", -1.0, "must be greater than 0"),  # A hinge already met: loss 0, nothing learned.
+    ("loss.num_negatives", 0, "must be at least 1"),
+    ("loss.num_negatives", -2, "must be at least 1"),
+    ("train.global_batch_size", 1, "must be at least 2: a triple's negatives are the entities of the batch's"),
+    ("optim.b2", 1.0, "must be at least 0 and below 1"),
 ])
 def test_bad_config_values_are_refused_before_anything_is_written(kg_dir, tfds_dir, tmp_path, key, value, message):
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
@@ -144,6 +151,14 @@ def test_bad_config_values_are_refused_before_anything_is_written(kg_dir, tfds_d
   with pytest.raises(ValueError, match=f"config.{key} = {value!r}: {message}"):
     train.train_and_evaluate(config, tmp_path / "run")
   assert not (tmp_path / "run").exists() or not list((tmp_path / "run").rglob("*"))
+
+
+def test_a_baselines_bad_value_is_refused_before_the_main_run_trains(kg_dir, tfds_dir, tmp_path):
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  config.baselines = {"be_bow": {"model": {"encoder": "bow"}, "optim": {"learning_rate": -1.0}}}
+  with pytest.raises(ValueError, match="config.optim.learning_rate = -1.0: must be greater than 0"):
+    train.train_and_evaluate(config, tmp_path / "run")
+  assert not (tmp_path / "run").exists()
 
 
 def test_a_workdir_where_nothing_was_trained_accepts_a_corrected_config(kg_dir, tfds_dir, tmp_path):
@@ -184,7 +199,7 @@ def test_a_model_without_training_steps_keeps_its_initial_state(kg_dir, tfds_dir
   trainer = train.Trainer(config, tmp_path)
   initial = jax.device_get(trainer.train()[0])
   assert (tmp_path / "checkpoints" / "0").is_dir()
-  _assert_trees_close(train.Trainer(config, tmp_path).restore_params(), initial, atol=0)
+  _assert_trees_close(train.Trainer(config, tmp_path).restore_params()[0], initial, atol=0)
   # A rerun (e.g. after a later model of the config failed) finds the step-0 checkpoint and keeps it.
   _assert_trees_close(jax.device_get(train.Trainer(config, tmp_path).train()[0]), initial, atol=0)
 
@@ -278,6 +293,59 @@ def test_kill_and_resume_matches_uninterrupted_run(kg_dir, tfds_dir, uninterrupt
       json.loads((uninterrupted / "results.json").read_text()), abs=1e-6)
 
 
+def _main_argv_of_launcher_resume(kg_dir, tfds_dir, workdir) -> list[str]:
+  """The python argv that `launch/tpu.py resume` starts on a recreated VM, for one local process (no --multihost)."""
+  spec = importlib.util.spec_from_file_location("tpu_launcher", REPO_ROOT / "launch" / "tpu.py")
+  launcher = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(launcher)
+  command = _main_command(kg_dir, tfds_dir, workdir)
+  config, overrides = command[3].split("=", 1)[1], command[5:]
+  argv = launcher.main_argv(config, str(workdir), overrides, resume_preempted=True)
+  return [sys.executable, *[a for a in argv if a != "--multihost"]]
+
+
+def test_sigterm_saves_the_current_step_and_the_launchers_resume_finishes_the_run(kg_dir, tfds_dir, uninterrupted,
+                                                                                   tmp_path):
+  # SIGTERM (a Spot VM's notice) during step 5, which is not on the every-2-steps checkpoint schedule.
+  stopped = tmp_path / "stopped"
+  script = (
+      "import os, signal, sys\n"
+      "from docent_jax import parallel\n"
+      "calls = []\n"
+      "original = parallel.global_batch\n"
+      "def global_batch(*args):\n"
+      "  calls.append(1)\n"
+      "  if len(calls) == 5:\n"
+      "    os.kill(os.getpid(), signal.SIGTERM)\n"
+      "  return original(*args)\n"
+      "parallel.global_batch = global_batch\n"
+      "from absl import app\n"
+      "from docent_jax import main\n"
+      "sys.argv = sys.argv[1:]\n"
+      "app.run(main.main)\n")
+  command = _main_command(kg_dir, tfds_dir, stopped)
+  run = subprocess.run([sys.executable, "-c", script, *command[2:]], cwd=REPO_ROOT, env=tiny_training.subprocess_env(2),
+                       capture_output=True, text=True)
+  assert run.returncode == 143, run.stderr[-3000:]
+  assert "blp_transe: stopped by SIGTERM at step 5 of 6; its checkpoint is saved in" in run.stderr
+  assert "Run the same command again to resume." in run.stderr.splitlines()[-1]
+  steps = sorted(int(p.name) for p in (stopped / "blp_transe" / "checkpoints").iterdir() if p.name.isdigit())
+  assert steps[-1] == 5
+  assert not (stopped / "results.json").exists()
+  # The VM went away before its processes released their locks; the recreated VM has other host names.
+  lock = stopped / "blp_transe" / checkpoints.LOCK_FILE
+  lock.write_text(json.dumps({"host": "t1v-n-gone-w-0", "pid": 4321}))
+  refused = subprocess.run(command, cwd=REPO_ROOT, env=tiny_training.subprocess_env(2), capture_output=True, text=True)
+  assert refused.returncode == 1 and "restart with --resume_preempted" in refused.stderr.splitlines()[-1]
+  resumed = subprocess.run(_main_argv_of_launcher_resume(kg_dir, tfds_dir, stopped), cwd=REPO_ROOT,
+                           env=tiny_training.subprocess_env(2), capture_output=True, text=True)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert "taking over the lock of pid 4321 on t1v-n-gone-w-0" in resumed.stderr
+  _assert_trees_close(_final_params(stopped), _final_params(uninterrupted), atol=1e-6)
+  assert json.loads((stopped / "results.json").read_text()) == pytest.approx(
+      json.loads((uninterrupted / "results.json").read_text()), abs=1e-6)
+
+
 def test_two_processes_match_one_process(kg_dir, tfds_dir, uninterrupted, tmp_path):
   multi = tmp_path / "multi"
   address = f"127.0.0.1:{tiny_training.free_port()}"
@@ -342,7 +410,7 @@ def test_evaluation_during_training_reaches_tensorboard_and_the_best_params_are_
   # results.json holds the best step's validation MRR, and test numbers of the same params.
   assert results["blp_transe/validation/mrr"] == pytest.approx(mrr[best_step], abs=1e-6)
   trainer = train.Trainer(config, run_dir)
-  best_params = trainer.restore_params()
+  best_params = trainer.restore_params()[0]
   test = evaluators.specs(config)[1]
   assert test.name == "test"
   assert results["blp_transe/test/mrr"] == pytest.approx(test.run(trainer.objective, best_params)["test/mrr"], abs=1e-6)

@@ -35,7 +35,7 @@ def main(argv: list[str]) -> None:
     directory = epath.Path(FLAGS.workdir) / model_config.name
     trainer = train.Trainer(model_config, directory)
     try:
-      entity_ids, embeddings = trainer.objective.export_embeddings(trainer.restore_params())
+      entity_ids, embeddings = trainer.objective.export_embeddings(trainer.restore_params()[0])
     except NotImplementedError as error:
       logging.info("Skipping %s: %s", model_config.name, error)
       continue

@@ -25,6 +25,9 @@ class Objective(abc.ABC):
   # Rows of a global batch per unit of `train.global_batch_size` (SupCon: an anchor and its partner);
   # the rows are what is split over the mesh's data shards.
   rows_per_example: int = 1
+  # Where the text encoder's params sit in the params tree, so that a run can start from the encoder of
+  # another objective's run (`model_init`), wherever that one keeps it.
+  encoder_path: tuple[str, ...] = ("bert",)
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     self.config = config
@@ -35,14 +38,24 @@ class Objective(abc.ABC):
   def init_variables(self, rng: jax.Array) -> Any:
     """Freshly initialised params, boxed with logical axis names (`nn.with_logical_partitioning`)."""
 
+  @classmethod
+  def config_rules(cls) -> tuple[tuple[str, Any, str], ...]:
+    """Rules of this objective's own, checked with `config_schema.RANGES`: (key pattern, valid, message)."""
+    return ()
+
   def pretrained_params(self) -> dict[str, Any]:
     """A partial params tree that overwrites the fresh initialisation; empty by default."""
     return {}
 
   def start_from(self, parent: "Objective", parent_params: Any) -> None:
-    """Called before training or evaluation when the config names `model_init`: the objective and
-    params of the model this run starts from (e.g. a pre-trained encoder to fine-tune)."""
+    """Called before training or evaluation when the config names `model_init`: the objective and params of
+    the model this run starts from. The trainer starts from the parent's encoder (at `parent.encoder_path`)
+    and from every other param it has in the same place and shape (`params_from_parent`)."""
     self.parent = (parent, parent_params)
+
+  def params_from_parent(self) -> Any:
+    """The parent's params as this objective may take them (by default all of them)."""
+    return self.parent[1]
 
   @abc.abstractmethod
   def data_fingerprint(self) -> dict[str, int | str]:

@@ -85,6 +85,29 @@ class BlpObjective(base.Objective):
     logging.info("%s: %d entities, %d relations, triples %s.", self.graph.name, self.graph.num_entities,
                  self.graph.num_relations, {k: len(v) for k, v in self.graph.triples.items()})
     self._embeddings = None  # (params, their entity vectors): evaluators of one params share them.
+    self.encoder_path = ("encoder", "bert") if config.model.encoder == "bert" else ("encoder",)
+
+  @classmethod
+  def config_rules(cls) -> tuple[tuple[str, Any, str], ...]:
+    return (("train.global_batch_size", lambda v: v >= 2,
+             "must be at least 2: a triple's negatives are the entities of the batch's other triples"),)
+
+  def params_from_parent(self) -> Any:
+    """The parent's params, with a BLP parent's relation embeddings reordered to this graph's relations by
+    name; left out (fresh) when the parent lacks one of them."""
+    parent, params = self.parent
+    if not isinstance(parent, BlpObjective) or "relations" not in params:
+      return params
+    rows = {name: row for row, name in enumerate(parent.graph.relation_ids)}
+    missing = [name for name in self.graph.relation_ids if name not in rows]
+    params = {key: value for key, value in params.items() if key != "relations"}
+    if missing:
+      logging.warning("model_init: the parent run has no relation %s; the relation embeddings start fresh.",
+                      ", ".join(missing[:5]))
+      return params
+    table = parallel.fetch(self.parent[1]["relations"]["embedding"])
+    params["relations"] = {"embedding": table[[rows[name] for name in self.graph.relation_ids]]}
+    return params
 
   def data_fingerprint(self) -> dict[str, int | str]:
     return self.graph.fingerprint()

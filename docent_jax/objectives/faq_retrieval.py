@@ -64,8 +64,6 @@ class FaqRetrievalObjective(base.Objective):
     return {"bert": self.encoder.init(rng, tokens, tokens)["params"]}
 
   def pretrained_params(self) -> dict[str, Any]:
-    if self.parent is not None:
-      return {"bert": parallel.fetch(self.parent[1]["bert"])}
     return {} if self._bert_params is None else {"bert": self._bert_params}
 
   def encode(self, params: Any, tokens: jax.Array, *, deterministic: bool = True,

@@ -65,16 +65,23 @@ class PairMatchingObjective(base.Objective):
     return self.model.init(rng, jnp.zeros((1, 2, self.config.data.max_len), jnp.int32))["params"]
 
   def pretrained_params(self) -> dict[str, Any]:
-    """The encoder of the run this one starts from and, with `head_init = 'probe'`, its linear probe's head."""
+    """Nothing of the pretrained BERT: the encoder is the parent run's (`model_init`, taken by the trainer)."""
     if self.parent is None:
       raise ValueError(f"{self.config.name}: objective 'pair_matching' fine-tunes another run's encoder; set "
                        "config.model_init to that run (a workdir, or a model of this config).")
+    return {}
+
+  def params_from_parent(self) -> Any:
+    """The parent's params and, with `head_init = 'probe'`, a head at the parent's linear probe."""
     parent, parent_params = self.parent
-    params = {"bert": parallel.fetch(parent_params["bert"])}
-    if self.config.model.get("head_init", "fresh") == "probe":
-      probe = parent.linear_probe(parent_params)
-      params["head"] = {"output": {"kernel": probe.weights[:, None], "bias": np.array([probe.bias], np.float32)}}
-    return params
+    if self.config.model.get("head_init", "fresh") != "probe":
+      return parent_params
+    if not hasattr(parent, "linear_probe"):
+      raise ValueError(f"config.model.head_init = 'probe': the model_init run ({type(parent).__name__}) has no "
+                       "linear probe; use head_init 'fresh'.")
+    probe = parent.linear_probe(parent_params)
+    head = {"output": {"kernel": probe.weights[:, None], "bias": np.array([probe.bias], np.float32)}}
+    return {**parent_params, "head": head}
 
   def train_batches(self, seed: int) -> Any:
     inputs, labels = self.inputs["train"], self.pairs["train"][:, 2].astype(np.int32)

@@ -25,7 +25,6 @@ import ml_collections
 import numpy as np
 
 from docent_jax import evaluators
-from docent_jax import parallel
 from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.data.reviews import corpus as review_corpus
@@ -102,6 +101,7 @@ class TagFinetuningObjective(base.Objective):
     self.scorer = self._scorer(task.scorer)
     self.shared_batch_keys = ("tag_tokens",) if task.scorer == "dual" else ()
     self.item_vectors: np.ndarray | None = None
+    self.encoder_path = () if task.scorer == "dual" else ("bert",)  # The dual scorer's params are its BERT.
 
   def _scorer(self, name: str) -> tag_finetuning.TagScorer:
     encoder = bert.BertModel(self.bert_config, add_pooler=False)
@@ -134,15 +134,14 @@ class TagFinetuningObjective(base.Objective):
     return docent_dual.pretrained_or_fixed_bert(self._bert_params, self.bert_config, self.config)
 
   def pretrained_params(self) -> dict[str, Any]:
-    """The BERT the scorer fine-tunes: the DOCENT model's (`model_init`) or, for sentence items, the pretrained one."""
+    """For sentence items, the pretrained BERT; for entity items nothing: the scorer fine-tunes the DOCENT
+    model's BERT (`model_init`, taken by the trainer)."""
     if self.config.tags.get("items", "entities") == "sentences":
       return self._pretrained_bert()
     if self.parent is None:
       raise ValueError(f"{self.config.name}: objective 'tag_finetuning' fine-tunes a DOCENT model's BERT; set "
                        "config.model_init to that run.")
-    _, parent_params = self.parent
-    trained_bert = parallel.fetch(parent_params["bert"])
-    return trained_bert if self.config.tags.scorer == "dual" else {"bert": trained_bert}
+    return {}
 
   def _vectors(self) -> np.ndarray:
     """[num items, d] frozen item vectors: the parent model's entity table, or the encoded sentences."""
