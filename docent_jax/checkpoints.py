@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 import contextlib
 import json
 import os
+import re
 import socket
 from typing import Any
 
@@ -251,6 +252,10 @@ def _cause(error: BaseException) -> str:
   while seen is not None:
     if isinstance(seen, OSError) and seen.strerror:
       return f"{type(seen).__name__}: {seen.strerror}"
+    # TensorStore reports the OS error as a code inside its message.
+    code = re.search(r"os_error_code='?(\d+)", str(seen))
+    if code:
+      return f"OS error {code.group(1)}: {os.strerror(int(code.group(1)))}"
     seen = seen.__cause__ or seen.__context__
   return f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
 

@@ -2,6 +2,7 @@
 import logging as python_logging
 import os
 import sys
+import threading
 
 # TensorFlow (the TFDS and CLU writers' backend) logs its C++ start-up at INFO; keep it for --library_logs.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -40,10 +41,25 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 class ProjectInfoFilter(python_logging.Filter):
-  """Passes warnings and errors from anywhere, INFO and below only from this package's own modules."""
+  """Passes warnings and errors from anywhere, INFO and below only from this package's own modules.
+
+  Orbax's background save threads log their failure with a traceback per thread; Orbax raises the same failure
+  at the next save or wait, which the trainer reports as one `CheckpointWriteError`, so those logs are left out.
+  """
 
   def filter(self, record: python_logging.LogRecord) -> bool:
+    if record.levelno >= python_logging.ERROR and "orbax" in record.pathname:
+      return "thread" not in record.getMessage() and "background" not in record.getMessage()
     return record.levelno >= python_logging.WARNING or record.pathname.startswith(_PACKAGE_DIR)
+
+
+def _quiet_closed_event_loops(exc_type, exc, tb, default=sys.excepthook) -> None:
+  """After a failed checkpoint write, TensorStore's callbacks reach Orbax's closed event loop from their own
+  threads, one traceback each; the write failure itself is reported once (`CheckpointWriteError`)."""
+  if (exc_type is RuntimeError and str(exc) == "Event loop is closed"
+      and threading.current_thread() is not threading.main_thread()):
+    return
+  default(exc_type, exc, tb)
 
 
 def main(argv: list[str]) -> None:
@@ -51,6 +67,7 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if not FLAGS.library_logs:
     logging.get_absl_handler().addFilter(ProjectInfoFilter())
+    sys.excepthook = _quiet_closed_event_loops
     tfds.disable_progress_bar()
   if FLAGS.coordinator_address or FLAGS.multihost:
     parallel.initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
@@ -64,7 +81,13 @@ def main(argv: list[str]) -> None:
   except train.Preempted as stop:
     logging.error("%s", stop)
     sys.exit(EXIT_PREEMPTED)
-  except (checkpoints.CheckpointWriteError, checkpoints.DamagedFileError, checkpoints.WorkdirLockedError,
+  except checkpoints.CheckpointWriteError as error:
+    logging.error("%s", error)
+    # Orbax's failed save threads would fail again, loudly, while the interpreter shuts down around them.
+    logging.flush()
+    sys.stderr.flush()
+    os._exit(1)
+  except (checkpoints.DamagedFileError, checkpoints.WorkdirLockedError,
           train.IncompleteRunError) as error:  # The message says what to do; a traceback would bury it.
     logging.error("%s", error)
     sys.exit(1)

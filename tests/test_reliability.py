@@ -1,0 +1,202 @@
+"""Runs left alone: model_init, --mode=evaluate on what a run reported, whole files on a full disk, clear errors."""
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from docent_jax import checkpoints
+from docent_jax import parallel
+from docent_jax import train
+import kg_fixtures
+import tiny_training
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def kg_dir(tmp_path_factory) -> pathlib.Path:
+  return kg_fixtures.write_tiny_kg(tmp_path_factory.mktemp("tiny_kg"))
+
+
+@pytest.fixture(scope="module")
+def tfds_dir(tmp_path_factory) -> pathlib.Path:
+  return tmp_path_factory.mktemp("tfds")
+
+
+def _config(kg_dir, tfds_dir):
+  """The tiny BLP config, validated every 2 of its 6 steps; the best validation MRR's params are reported."""
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  config.optim.learning_rate = 3e-3
+  config.evals.validation.every_steps = 2
+  return config
+
+
+@pytest.fixture(scope="module")
+def parent(kg_dir, tfds_dir, tmp_path_factory) -> tuple[pathlib.Path, dict]:
+  """(workdir, results) of `_config` trained once; tests that write to it take a copy."""
+  workdir = tmp_path_factory.mktemp("parent") / "run"
+  return workdir, train.train_and_evaluate(_config(kg_dir, tfds_dir), workdir)
+
+
+def _copy(workdir: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
+  return pathlib.Path(shutil.copytree(workdir, tmp_path / "run"))
+
+
+def _first_batch_loss(trainer: train.Trainer, params) -> float:
+  batch = parallel.global_batch(next(iter(trainer.objective.train_batches(0))), trainer.mesh)
+  return float(trainer.objective.loss(params, batch, jax.random.key(0))[0])
+
+
+def test_a_blp_run_with_model_init_starts_from_the_parents_params(kg_dir, tfds_dir, parent):
+  parent_dir, _ = parent
+  parent_trainer = train.Trainer(_config(kg_dir, tfds_dir), parent_dir / "blp_transe")
+  parent_params, forced_step = parent_trainer.restore_params()
+  assert forced_step is None
+
+  child_config = _config(kg_dir, tfds_dir)
+  child_config.model_init = str(parent_dir / "blp_transe")
+  child_config.seed = 7  # Another fresh initialisation: whatever matches it came from the parent.
+  child = train.Trainer(child_config, "unused")
+  child.objective.start_from(*train._model_init(child_config.model_init, parent_dir, {}))
+  start = child.initial_state().params
+  for (path, got), want in zip(jax.tree_util.tree_flatten_with_path(start)[0], jax.tree.leaves(parent_params)):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=jax.tree_util.keystr(path))
+
+  # The initial loss is the parent's, not a fresh model's.
+  fresh_config = _config(kg_dir, tfds_dir)
+  fresh_config.seed = 7
+  fresh = train.Trainer(fresh_config, "unused")
+  initial_loss = _first_batch_loss(child, start)
+  assert initial_loss == pytest.approx(_first_batch_loss(child, parent_params), abs=1e-6)
+  assert abs(initial_loss - _first_batch_loss(fresh, fresh.initial_state().params)) > 1e-3
+
+
+def test_model_init_takes_the_encoder_wherever_the_parent_keeps_it_and_same_shaped_heads(kg_dir, tfds_dir, caplog):
+  trainer = train.Trainer(_config(kg_dir, tfds_dir), "unused")
+  own = trainer.initial_state().params  # BLP: encoder/bert/..., encoder/projection, relations.
+  bert = own["encoder"]["bert"]
+  shifted = jax.tree.map(lambda x: np.asarray(x) + 1.0, bert)
+  # A parent that keeps its BERT at 'bert' (FAQ, SupCon, universal) with a head this model lacks.
+  parent = {"bert": shifted, "heads": {"nli": np.ones((3, 3), np.float32)}}
+  with caplog.at_level("INFO"):
+    params = train.inherit_params(own, parent, ("encoder", "bert"), ("bert",), "faq_run")
+  for got, want in zip(jax.tree.leaves(params["encoder"]["bert"]), jax.tree.leaves(shifted)):
+    np.testing.assert_array_equal(np.asarray(got), want)
+  np.testing.assert_array_equal(np.asarray(params["relations"]["embedding"]), np.asarray(own["relations"]["embedding"]))
+  assert "model_init faq_run: took" in caplog.text and "relations/embedding" in caplog.text
+  # And the other way: a FAQ-shaped model from a BLP parent (which crashed with KeyError: 'bert').
+  params = train.inherit_params({"bert": bert}, own, ("bert",), ("encoder", "bert"), "blp_run")
+  for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(bert)):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_a_parent_with_nothing_usable_is_an_error_naming_model_init(kg_dir, tfds_dir):
+  own = train.Trainer(_config(kg_dir, tfds_dir), "unused").initial_state().params
+  be_bow_parent = {"encoder": {"word_embeddings": {"embedding": np.zeros((5, 3), np.float32)}}}
+  with pytest.raises(ValueError, match=r"config.model_init = 'bow_run': that run has no params this model can "):
+    train.inherit_params({"bert": own["encoder"]["bert"]}, be_bow_parent, ("bert",), ("encoder",), "bow_run")
+
+
+def test_evaluate_reports_the_best_params_and_refuses_without_them(kg_dir, tfds_dir, parent, tmp_path):
+  parent_dir, results = parent
+  workdir = _copy(parent_dir, tmp_path)
+  config = _config(kg_dir, tfds_dir)
+  assert train.evaluate(config, workdir) == pytest.approx(results, abs=1e-6)
+  shutil.rmtree(workdir / "blp_transe" / "best")
+  before = (workdir / "results.json").read_text()
+  with pytest.raises(train.IncompleteRunError, match=r"best params by validation/mrr are missing.*--force"):
+    train.evaluate(config, workdir)
+  assert (workdir / "results.json").read_text() == before
+  forced = train.evaluate(config, workdir, force=True)
+  assert forced["blp_transe/forced/step"] == 6  # The latest params, marked.
+  assert json.loads((workdir / "results.json").read_text())["blp_transe/forced/step"] == 6
+
+
+def test_evaluate_refuses_a_run_that_never_finished(kg_dir, tfds_dir, parent, tmp_path):
+  parent_dir, _ = parent
+  workdir = _copy(parent_dir, tmp_path)
+  shutil.rmtree(workdir / "blp_transe" / "checkpoints" / "6")  # As if it stopped after step 4.
+  with pytest.raises(train.IncompleteRunError, match=r"it stopped at step 4 of 6.*--force"):
+    train.evaluate(_config(kg_dir, tfds_dir), workdir)
+  forced = train.evaluate(_config(kg_dir, tfds_dir), workdir, force=True)
+  (best_step,) = [int(p.name) for p in (workdir / "blp_transe" / "best").iterdir() if p.name.isdigit()]
+  assert forced["blp_transe/forced/step"] == best_step  # The best params it kept, marked.
+  # A complete evaluation later drops the mark.
+  shutil.copytree(parent_dir / "blp_transe" / "checkpoints" / "6", workdir / "blp_transe" / "checkpoints" / "6")
+  train.evaluate(_config(kg_dir, tfds_dir), workdir)
+  assert "blp_transe/forced/step" not in json.loads((workdir / "results.json").read_text())
+
+
+def test_a_damaged_results_file_is_named_and_never_overwritten(kg_dir, tfds_dir, tmp_path):
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / "results.json").write_text('{"blp_transe/test/mrr": 0.16')  # Cut short.
+  with pytest.raises(checkpoints.DamagedFileError, match=r"results.json is damaged"):
+    train.train_and_evaluate(_config(kg_dir, tfds_dir), workdir)
+  assert (workdir / "results.json").read_text() == '{"blp_transe/test/mrr": 0.16'
+  assert not (workdir / "blp_transe").exists()  # Refused before anything was trained.
+
+
+def _run_with_file_size_limit(code: str, limit_bytes: int, args: tuple[str, ...] = (),
+                              **kwargs) -> subprocess.CompletedProcess:
+  """Runs `code` in a Python process that can write no file beyond `limit_bytes`, as on a full disk (EFBIG)."""
+  preamble = ("import resource, signal\n"
+              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # Fail the write instead of killing the process.
+              f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit_bytes}, {limit_bytes}))\n")
+  return subprocess.run([sys.executable, "-c", preamble + code, *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                        env=tiny_training.subprocess_env(2), **kwargs)
+
+
+def test_results_cut_short_by_a_full_disk_leave_the_earlier_file_whole(tmp_path):
+  earlier = {f"model_{i}/test/mrr": 0.5 for i in range(20)}
+  (tmp_path / "results.json").write_text(json.dumps(earlier))
+  code = ("from docent_jax import train\n"
+          f"train.write_results({str(tmp_path)!r}, {{f'new_{{i}}/test/mrr': 0.25 for i in range(500)}})\n")
+  run = _run_with_file_size_limit(code, 4096)
+  assert run.returncode != 0 and "File too large" in run.stderr
+  assert json.loads((tmp_path / "results.json").read_text()) == earlier
+  assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def _main_command(kg_dir, tfds_dir, workdir) -> list[str]:
+  """`python -m docent_jax.main` on the tiny config, given as overrides of configs/blp.py, without evaluators."""
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  values = {"data.tfds_data_dir": tfds_dir, "data.max_len": config.data.max_len, "model.pretrained": "",
+            **{f"model.bert.{k}": v for k, v in config.model.bert.items()}, "model.dim": config.model.dim,
+            "train.global_batch_size": 8, "train.num_steps": 4, "train.checkpoint_every_steps": 2,
+            "evals.validation.every_steps": 0, "eval.batch_size": 16}
+  return [sys.executable, "-m", "docent_jax.main", f"--config=configs/blp.py:{kg_dir}", f"--workdir={workdir}",
+          *[f"--config.{k}={v}" for k, v in values.items()]]
+
+
+def test_a_checkpoint_write_that_fails_is_one_error_naming_step_directory_and_cause(kg_dir, tfds_dir, parent,
+                                                                                    tmp_path):
+  del parent  # Its run built the TFDS data, which this process only reads.
+  # The tiny BERT's word embeddings alone (30,522 x 32 floats) are beyond 1 MiB; the logs and records are not.
+  run = _run_with_file_size_limit("import runpy, sys\n"
+                                  "sys.argv = sys.argv[1:]\n"
+                                  "runpy.run_module('docent_jax.main', run_name='__main__')\n",
+                                  1 << 20, args=_main_command(kg_dir, tfds_dir, tmp_path / "run")[2:], timeout=600)
+  errors = [line for line in run.stderr.splitlines() if "Writing checkpoint" in line]
+  assert run.returncode == 1, run.stderr[-3000:]
+  assert len(errors) == 1, run.stderr[-3000:]
+  # Orbax saves the first step it is given, then every 2 steps.
+  assert f"Writing checkpoint 1 to {tmp_path / 'run' / 'blp_transe' / 'checkpoints'} failed" in errors[0]
+  assert "(OS error 27: File too large)" in errors[0]
+  # Not Orbax's threads' tracebacks, nor the interpreter's shutdown failing around them (~1,000 lines before).
+  assert "meta_path" not in run.stderr and len(run.stderr.splitlines()) < 120, run.stderr[-3000:]
+
+
+def test_an_unknown_override_key_names_the_nearest_valid_keys():
+  run = subprocess.run([sys.executable, "-m", "docent_jax.main", "--config=configs/default.py", "--workdir=unused",
+                        "--config.train.num_stpes=3"], cwd=REPO_ROOT, capture_output=True, text=True,
+                       env=tiny_training.subprocess_env(1))
+  assert run.returncode == 1
+  assert run.stderr.splitlines()[-1].startswith(
+      "--config.train.num_stpes: no such key in the config; nearest valid keys: train.num_steps, ")
