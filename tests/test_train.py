@@ -362,6 +362,41 @@ def test_two_processes_match_one_process(kg_dir, tfds_dir, uninterrupted, tmp_pa
       json.loads((uninterrupted / "results.json").read_text()), abs=1e-4)
 
 
+def test_sigterm_in_a_multi_process_job_saves_one_agreed_step_and_every_process_exits(kg_dir, tfds_dir,
+                                                                                     uninterrupted, tmp_path):
+  # Each process gets SIGTERM (as every host of a preempted slice does) during its step 3; JAX's preemption
+  # service makes them agree on the step to save, and each then exits saying so.
+  stopped = tmp_path / "multi"
+  script = (
+      "import os, signal, sys\n"
+      "from docent_jax import parallel\n"
+      "calls = []\n"
+      "original = parallel.global_batch\n"
+      "def global_batch(*args):\n"
+      "  calls.append(1)\n"
+      "  if len(calls) == 3:\n"
+      "    os.kill(os.getpid(), signal.SIGTERM)\n"
+      "  return original(*args)\n"
+      "parallel.global_batch = global_batch\n"
+      "from absl import app\n"
+      "from docent_jax import main\n"
+      "sys.argv = sys.argv[1:]\n"
+      "app.run(main.main, flags_parser=main.parse_flags)\n")
+  address = f"127.0.0.1:{tiny_training.free_port()}"
+  command = _main_command(kg_dir, tfds_dir, stopped)
+  processes = [subprocess.Popen([sys.executable, "-c", script, *command[2:], f"--coordinator_address={address}",
+                                 "--num_processes=2", f"--process_id={i}"],
+                                cwd=REPO_ROOT, env=tiny_training.subprocess_env(1), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+               for i in range(2)]
+  outputs = [p.communicate(timeout=600)[0] for p in processes]
+  for process, output in zip(processes, outputs):
+    assert process.returncode == 143, output[-3000:]
+    assert "blp_transe: stopped by a preemption notice at step" in output, output[-3000:]
+  steps = sorted(int(p.name) for p in (stopped / "blp_transe" / "checkpoints").iterdir() if p.name.isdigit())
+  assert steps[-1] < 6 and not (stopped / "results.json").exists()
+
+
 def test_workdir_of_another_config_is_refused(kg_dir, tfds_dir, tmp_path):
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   checkpoints.guard_workdir_config(tmp_path, config)
