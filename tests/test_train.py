@@ -520,7 +520,7 @@ def test_a_run_stopped_during_an_evaluation_evaluates_that_step_when_it_resumes(
     train.train_and_evaluate(config, workdir)
   monkeypatch.setattr(evaluators.EvalSpec, "run", run)
   run_dir = workdir / "blp_transe"
-  assert checkpoints.create_manager(run_dir / "checkpoints", every_steps=2, keep=None).latest_step() == 4
+  assert checkpoints.StateCheckpoints(run_dir).latest_step() == 4
   logged = [json.loads(line) for line in (run_dir / checkpoints.EVALUATIONS_FILE).read_text().splitlines()]
   assert [(e["step"], e["evaluator"]) for e in logged] == [(1, "validation"), (2, "validation"), (3, "validation")]
 
