@@ -1,0 +1,10 @@
+"""docent_jax: entity representations from text (BLP, DOCENT, supervised contrastive matching, universal
+representations) in JAX/Flax. `docent_jax.load(run_dir)` gives a trained run as a model."""
+from typing import Any
+
+
+def load(path: Any) -> Any:
+  """The model of a trained run directory (`WORKDIR/<model>`, local or gs://); see `inference.model.Model`."""
+  # Imported here: `import docent_jax.<module>` must not import the whole package.
+  from docent_jax.inference import model  # pylint: disable=g-import-not-at-top
+  return model.load(path)

@@ -24,6 +24,8 @@ CHECKPOINTS_DIR = "checkpoints"  # In a run's workdir: the train state's Orbax s
 CONFIG_FILE = "config.json"
 LOCK_FILE = "training.lock"  # Held by the process 0 of the job training in the workdir: {"host", "pid"}.
 DATA_FILE = "data.json"  # The fingerprint of the data the run trained on.
+MODEL_FILE = "model.json"  # What loading the run needs besides config and params (entity ids and texts, ...).
+BEST_DIR = "best"  # In a run's workdir: the best params by `eval.best_metric` (one Orbax step).
 EVALUATIONS_FILE = "evaluations.jsonl"  # One line per periodic evaluation done: {"step", "evaluator", "metrics"}.
 
 # Keys that may change between a run and its restart without changing what is trained: where it
@@ -373,6 +375,29 @@ class BestParams:
   def close(self) -> None:
     self.manager.wait_until_finished()
     self.manager.close()
+
+
+def restore_reported_params(workdir: str | epath.PathLike) -> tuple[Any, int]:
+  """The params a run reported and their step, without the model's code: the best params where the run kept
+  them, else the latest step's; as host arrays, whatever topology wrote them."""
+  workdir = as_path(workdir)
+  best = [int(p.name) for p in (workdir / BEST_DIR).iterdir() if p.name.isdigit()] if (workdir / BEST_DIR).exists() else []
+  steps = [int(p.name) for p in (workdir / CHECKPOINTS_DIR).iterdir()
+           if p.name.isdigit()] if (workdir / CHECKPOINTS_DIR).exists() else []
+  if best:
+    step, item = max(best), workdir / BEST_DIR / str(max(best)) / "params"
+  elif steps:
+    step, item = max(steps), workdir / CHECKPOINTS_DIR / str(max(steps)) / "state"
+  else:
+    raise FileNotFoundError(f"{workdir} holds no checkpoint: it is not a trained run's directory.")
+  checkpointer = ocp.StandardCheckpointer()
+  metadata = checkpointer.metadata(item).item_metadata
+  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), metadata)
+  restored = jax.device_get(checkpointer.restore(item, target))
+  checkpointer.close()
+  logging.info("Restored the params of step %d from %s.", step, item)
+  return (restored if best else restored["params"]), step
 
 
 class EvaluationLog:

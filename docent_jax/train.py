@@ -200,7 +200,7 @@ class Trainer:
     metric = self.config.eval.get("best_metric", "")
     if not metric:
       return None
-    return checkpoints.BestParams(self.workdir / "best", metric, self.config.eval.get("best_mode", "max"))
+    return checkpoints.BestParams(self.workdir / checkpoints.BEST_DIR, metric, self.config.eval.get("best_mode", "max"))
 
   def evaluate(self, params: Any, specs: list[evaluators.EvalSpec]) -> dict[str, dict[str, float]]:
     """Per evaluator name, its `<split>/<metric>` numbers for `params`."""
@@ -318,9 +318,14 @@ class Trainer:
     return params, (last_metrics if best_step == num_steps else {})
 
   def _guard_workdir(self) -> None:
-    """Records, or checks against the workdir's records, this run's config and data."""
+    """Records, or checks against the workdir's records, this run's config and data; records what loading the
+    run needs (`docent_jax.load`)."""
     checkpoints.guard_workdir_config(self.workdir, self.config)
     checkpoints.guard_workdir_data(self.workdir, self.objective.data_fingerprint())
+    record = self.objective.inference_record()
+    path = self.workdir / checkpoints.MODEL_FILE
+    if record is not None and jax.process_index() == 0 and not path.exists():
+      checkpoints.write_atomically(path, json.dumps(record))
 
   def restore_params(self, force: bool = False) -> tuple[Any, int | None]:
     """The params the run reported: the best checkpoint's where the config selects one, else the last step's.
@@ -342,7 +347,7 @@ class Trainer:
     if latest < num_steps:
       problems.append(f"it stopped at step {latest} of {num_steps}")
     if best is not None and best_step is None and num_steps > 0:
-      problems.append(f"its best params by {best.metric} are missing from {self.workdir / 'best'}")
+      problems.append(f"its best params by {best.metric} are missing from {self.workdir / checkpoints.BEST_DIR}")
     if problems and not force:
       raise IncompleteRunError(f"{self.workdir}: not evaluated, since {' and '.join(problems)}. Finish the run with "
                                "--mode=train, or pass --force to evaluate the params it has (marked as forced).")

@@ -69,6 +69,11 @@ class Objective(abc.ABC):
   def train_batches(self, seed: int) -> Any:
     """A grain loader whose iterator yields this process's part of each batch, with saveable state."""
 
+  def inference_record(self) -> dict[str, Any] | None:
+    """What a trained run needs besides its config and params to be loaded without its data (entity ids and
+    texts, relation names), as JSON; None where the objective has no loadable model yet."""
+    return None
+
   def baselines(self) -> dict[str, float]:
     """Metrics of untrained baselines on the same evaluation, keyed `<baseline>/<split>/<metric>`."""
     return {}

@@ -8,7 +8,6 @@ never seen in training.
 from typing import Any
 
 from absl import logging
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
@@ -23,28 +22,10 @@ from docent_jax.data import tokenization
 from docent_jax.data.kg import graph as knowledge_graph
 from docent_jax.evaluation import entity_classification
 from docent_jax.evaluation import link_prediction
+from docent_jax.models import blp_model
 from docent_jax.models import pretrained
-from docent_jax.models import relations
 from docent_jax.models import text_encoders
 from docent_jax.objectives import base
-
-
-class BlpModel(nn.Module):
-  """A text encoder for entities and a table of relation embeddings."""
-  encoder: nn.Module
-  num_relations: int
-  relation_dim: int
-
-  def setup(self):
-    self.relations = nn.Embed(
-        self.num_relations, self.relation_dim, name="relations",
-        embedding_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(), ("relation", "features")))
-
-  def __call__(self, tokens: jax.Array, relation_ids: jax.Array, *, deterministic: bool = True):
-    return self.encode(tokens, deterministic=deterministic), self.relations(relation_ids)
-
-  def encode(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
-    return self.encoder(tokens, deterministic=deterministic)
 
 
 def sample_negatives(rng: jax.Array, batch_size: int, num_negatives: int) -> tuple[jax.Array, jax.Array]:
@@ -74,14 +55,9 @@ class BlpObjective(base.Objective):
       texts = tokenization.without_stopwords(texts)
     self.entity_tokens = tokenization.tokenize_texts(tokenizer, texts, config.data.max_len)
     self.pad_id = tokenizer.pad_token_id  # Of `entity_tokens`, which are padded after the text.
-    self.scoring = relations.get_scoring_function(config.model.scoring)
     self.loss_fn = losses.get_link_prediction_loss(config.loss.name)
-    bert_config, self._bert_params = pretrained.load_model_bert(config.model, tokenizer.vocab_size)
-    self.model = BlpModel(
-        encoder=text_encoders.create_encoder(config.model.encoder, bert_config, config.model.dim,
-                                             jnp.dtype(config.model.dtype)),
-        num_relations=self.graph.num_relations,
-        relation_dim=self.scoring.relation_dim(text_encoders.output_dim(config.model.dim, bert_config)))
+    self.model, self.scoring, self._bert_params = blp_model.create(config, tokenizer.vocab_size,
+                                                                    self.graph.num_relations)
     logging.info("%s: %d entities, %d relations, triples %s.", self.graph.name, self.graph.num_entities,
                  self.graph.num_relations, {k: len(v) for k, v in self.graph.triples.items()})
     self._embeddings = None  # (params, their entity vectors): evaluators of one params share them.
@@ -153,10 +129,15 @@ class BlpObjective(base.Objective):
 
   def encode_entities(self, params: Any, tokens: jax.Array) -> jax.Array:
     """Entity vectors [N, d] of description token ids [N, L] (any L: trailing padding changes nothing)."""
-    return self.model.apply({"params": params}, tokens, method=BlpModel.encode)
+    return self.model.apply({"params": params}, tokens, method=blp_model.BlpModel.encode)
 
   def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:
     return self.graph.entity_ids, self.entity_embeddings(params)
+
+  def inference_record(self) -> dict[str, Any]:
+    """The entities (ids and descriptions) and relation names, so that a run loads without its data."""
+    return {"entity_ids": list(self.graph.entity_ids), "entity_texts": list(self.graph.entity_texts),
+            "relation_ids": list(self.graph.relation_ids)}
 
 
 

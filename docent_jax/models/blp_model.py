@@ -1,0 +1,44 @@
+"""BLP's model: a text encoder for entity descriptions and a table of relation embeddings, scored by a KG
+scoring function. Built from a config alone, so that training and a loaded run build the same model."""
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from docent_jax.models import pretrained
+from docent_jax.models import relations
+from docent_jax.models import text_encoders
+
+
+class BlpModel(nn.Module):
+  """A text encoder for entities and a table of relation embeddings."""
+  encoder: nn.Module
+  num_relations: int
+  relation_dim: int
+
+  def setup(self):
+    self.relations = nn.Embed(
+        self.num_relations, self.relation_dim, name="relations",
+        embedding_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(), ("relation", "features")))
+
+  def __call__(self, tokens: jax.Array, relation_ids: jax.Array, *, deterministic: bool = True):
+    return self.encode(tokens, deterministic=deterministic), self.relations(relation_ids)
+
+  def encode(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
+    return self.encoder(tokens, deterministic=deterministic)
+
+
+def create(config: ml_collections.ConfigDict, vocab_size: int,
+           num_relations: int) -> tuple[BlpModel, relations.ScoringFunction, dict[str, Any] | None]:
+  """The model of a BLP config over `num_relations` relations, its scoring function and the pretrained BERT's
+  params (None for a fresh BERT)."""
+  scoring = relations.get_scoring_function(config.model.scoring)
+  bert_config, bert_params = pretrained.load_model_bert(config.model, vocab_size)
+  model = BlpModel(
+      encoder=text_encoders.create_encoder(config.model.encoder, bert_config, config.model.dim,
+                                           jnp.dtype(config.model.dtype)),
+      num_relations=num_relations,
+      relation_dim=scoring.relation_dim(text_encoders.output_dim(config.model.dim, bert_config)))
+  return model, scoring, bert_params
