@@ -53,6 +53,10 @@ def test_exact_search_on_a_mesh_of_8_devices_equals_brute_force(shape, rows):
     assert found.vectors.sharding.shard_shape(found.vectors.shape)[0] == -(-rows // 8)
     np.testing.assert_array_equal(found.search(queries, k)[1], want[1])
     np.testing.assert_array_equal(found.search(queries, k)[0], want[0])
+  # A table split over every device, as the trainer's rules split an entity table, is searched in place.
+  if rows % 8 == 0:
+    table = parallel.shard_rows(vectors, mesh)
+    assert search.ExactSearch(table, mesh).vectors is table
 
 
 def test_cosine_search_normalises_vectors_and_queries():
@@ -68,6 +72,14 @@ def test_cosine_search_normalises_vectors_and_queries():
   on_device = search.ExactSearch(jax.numpy.asarray(vectors), normalize=True, block_size=128).search(queries, 5)
   np.testing.assert_array_equal(on_device[1], want_indices)
   np.testing.assert_allclose(on_device[0], want_scores, atol=1e-5)
+
+
+def test_approx_max_k_option_finds_the_same_scores_off_tpu():
+  # XLA computes approx_max_k exactly on CPU; on TPU the option trades recall for speed.
+  vectors, queries = _small_integers(2000, 12, 10), _small_integers(30, 12, 11)
+  scores, indices = search.ExactSearch(vectors, block_size=512, approx_recall=0.95).search(queries, 10)
+  np.testing.assert_array_equal(scores, _brute_force(queries, vectors, 10)[0])
+  np.testing.assert_array_equal(scores, np.einsum("qd,qkd->qk", queries, vectors[indices]))
 
 
 def test_exact_search_rejects_bad_shapes_and_k():

@@ -139,7 +139,10 @@ class ExactSearch:
     padded = -(-self.num_vectors // mesh.size) * mesh.size
     layout = NamedSharding(mesh, PartitionSpec(tuple(mesh.axis_names)))
     if isinstance(vectors, jax.Array):
-      self.vectors = _lay_out(vectors, padded=padded, normalize=normalize, layout=layout)
+      ready = (not normalize and padded == self.num_vectors and vectors.dtype == jnp.float32
+               and vectors.sharding.is_equivalent_to(layout, 2))
+      # A trainer's entity table is already laid out so: it is used in place, not copied.
+      self.vectors = vectors if ready else _lay_out(vectors, padded=padded, normalize=normalize, layout=layout)
     else:
       vectors = np.asarray(vectors)
 
