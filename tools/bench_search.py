@@ -3,7 +3,7 @@
 For each size and dimension: queries/s of both paths and recall@10 of the ANN index against exact search,
 at several `nprobe`; the ANN index's build time; and, with --compare_libraries, the measurement that chose
 faiss (IVF) over faiss HNSW, usearch (HNSW) and ScaNN (tree + asymmetric hashing). Writes a JSON document
-and prints a markdown table.
+and a markdown table of it (`.md` beside it), and prints the table.
 
 The vectors are synthetic unit vectors, generated in chunks from a seed: 'clustered' (default) draws each
 around one of 1000 random centres, as learned embeddings cluster; 'uniform' has no structure at all,
@@ -44,7 +44,7 @@ CHUNK_ROWS = 262_144
 RECALL_TARGETS = (0.9, 0.99)
 # Query timings are the fastest of this many runs; exact search over the largest sets runs once.
 REPEATS = 3
-DATA_NOTES = {"clustered": "synthetic unit vectors, each a random one of 1000 random centres plus noise 0.7 per dimension",
+DATA_NOTES = {"clustered": "synthetic unit vectors: each one of 1000 random centres plus noise 0.7 per dimension",
               "uniform": "uniform random unit vectors (no structure: the worst case for an ANN index)"}
 DEFAULT_OUTPUT = pathlib.Path(__file__).resolve().parent / "results" / "bench_search.json"
 
@@ -275,8 +275,8 @@ def markdown(document: dict[str, Any]) -> str:
         lines.append(f"| {r['library']} | {r['index']} | | | | | | |")
         continue
       best = [r[f"best_queries_per_s_at_recall_{t}"] for t in RECALL_TARGETS]
-      lines.append(f"| {r['library']} | {r['index']} | {r['data']} | {r['num_vectors']:,} | {r['dim']} | {r['build_s']:.1f} | "
-                   + " | ".join("not reached" if b is None else f"{b:,.0f}" for b in best) + " |")
+      lines.append(f"| {r['library']} | {r['index']} | {r['data']} | {r['num_vectors']:,} | {r['dim']} | "
+                   f"{r['build_s']:.1f} | " + " | ".join("not reached" if b is None else f"{b:,.0f}" for b in best) + " |")
   return "\n".join(lines)
 
 
@@ -310,8 +310,10 @@ def main(argv: list[str]) -> None:
   document["machine"]["load_average_at_end"] = list(os.getloadavg())
   document["complete"] = True
   write()
-  print(markdown(document))
-  print(f"\nWrote {output}.")
+  table = markdown(document)
+  output.with_suffix(".md").write_text(table + "\n")
+  print(table)
+  print(f"\nWrote {output} and {output.with_suffix('.md')}.")
 
 
 if __name__ == "__main__":

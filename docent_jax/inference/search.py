@@ -5,15 +5,18 @@
   the mesh, as a trainer splits its entity table (`parallel.shard_rows`); each device scores the
   queries against its rows block by block, keeping a running top-k (`jax.lax.top_k` per block, then a
   merge), so no device holds more than [query_batch, block_size] scores or another device's rows. Only
-  the devices' [query_batch, k] candidates are gathered and merged. On TPU, `approx_recall` swaps the
-  per-block top-k for `jax.lax.approx_max_k`, which is faster there and exact elsewhere.
+  the devices' [query_batch, k] candidates are gathered and merged. `approx_recall` swaps the per-block
+  top-k for `jax.lax.approx_max_k`, which is built for TPU (untimed: `tools/bench_search.py` runs on CPU);
+  elsewhere XLA computes it exactly.
 * `AnnIndex`: a faiss inverted-file index (IVF, flat or 8-bit codes) for a CPU without accelerators.
-  faiss was chosen by measurement against usearch (HNSW) and ScaNN: it builds an index several times
-  faster at the same recall@10 and answers more queries per second at high recall (numbers in
-  `tools/bench_search.py`'s README section). It is saved as a directory (`index.faiss`, `index.json`)
-  through `etils.epath`, so a run directory on gs:// holds it too (`INDEX_DIRNAME` next to the run).
+  faiss was chosen by measurement against HNSW graphs (faiss's, usearch's) and ScaNN's tree
+  (`tools/bench_search.py --compare_libraries`, in `tools/results/bench_search.json`): on 40k clustered
+  vectors its IVF index built in 3-4 s against 25-62 s for the graphs, and reached recall@10 >= 0.99 at
+  5-8x their queries/s; ScaNN built in 5-20 s but stayed below 0.99, and `import scann` fails beside this
+  project's TensorFlow. Vectors without cluster structure defeat every index: there, use `ExactSearch`.
+  The index is saved as a directory (`index.faiss`, `index.json`) through `etils.epath`, so a run
+  directory on gs:// holds it too (`INDEX_DIRNAME`, next to the run).
 """
-from collections.abc import Iterable
 import dataclasses
 import functools
 import json
