@@ -274,9 +274,10 @@ def markdown(document: dict[str, Any]) -> str:
       if r.get("status") == "skipped":
         lines.append(f"| {r['library']} | {r['index']} | | | | | | |")
         continue
-      best = [r[f"best_queries_per_s_at_recall_{t}"] for t in RECALL_TARGETS]
+      best = ["not reached" if b is None else f"{b:,.0f}"
+              for b in (r[f"best_queries_per_s_at_recall_{t}"] for t in RECALL_TARGETS)]
       lines.append(f"| {r['library']} | {r['index']} | {r['data']} | {r['num_vectors']:,} | {r['dim']} | "
-                   f"{r['build_s']:.1f} | " + " | ".join("not reached" if b is None else f"{b:,.0f}" for b in best) + " |")
+                   f"{r['build_s']:.1f} | " + " | ".join(best) + " |")
   return "\n".join(lines)
 
 
