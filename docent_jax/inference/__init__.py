@@ -1,0 +1,1 @@
+"""Using trained runs: search over their vectors."""
