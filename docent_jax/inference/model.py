@@ -20,7 +20,7 @@ import numpy as np
 from docent_jax import checkpoints
 from docent_jax import parallel
 from docent_jax.data import tokenization
-from docent_jax.inference import search
+from docent_jax.inference import search as vector_search
 from docent_jax.models import blp_model
 from docent_jax.models import pretrained
 
@@ -52,8 +52,8 @@ class Model(abc.ABC):
     return [[(ids[j], float(s)) for j, s in zip(row, score)] for row, score in zip(rows, scores)]
 
   @functools.cache
-  def _entity_index(self) -> search.ExactSearch:
-    return search.ExactSearch(self.entities()[1], self.mesh, normalize=True)
+  def _entity_index(self) -> vector_search.ExactSearch:
+    return vector_search.ExactSearch(self.entities()[1], self.mesh, normalize=True)
 
 
 class LinkPredictionModel(Model):
