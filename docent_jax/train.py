@@ -34,6 +34,7 @@ from docent_jax import objectives
 from docent_jax import optim
 from docent_jax import parallel
 from docent_jax.data import pipeline
+from docent_jax.inference import model as inference_model
 from docent_jax.evaluation import seeds
 
 RESULTS_FILE = "results.json"
@@ -417,6 +418,9 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
          take_over_other_hosts: bool = False) -> dict[str, float]:
   workdir = checkpoints.as_path(workdir)
   runs = model_configs(config)
+  transfer = not train and config.get("model_init") and config.model_init not in {run.name for run in runs}
+  if transfer:
+    runs = [_transfer_config(config)]
   for run_config in runs:  # Every run's values, before anything is read, built or trained.
     objective_class = objectives.get_objective(run_config.objective)
     try:
@@ -431,14 +435,16 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
     try:
       trainer = Trainer(run_config, workdir / run_config.name)
       if run_config.get("model_init"):
-        trainer.objective.start_from(*_model_init(run_config.model_init, workdir, reported))
+        trainer.objective.start_from(*_model_init(run_config.model_init, workdir, reported), evaluate_only=transfer)
     except objectives.base.SkipRun as reason:
       logging.warning("%s: skipped: %s", run_config.name, reason)
       continue
     if index == 0:
       results.update(trainer.objective.baselines())
     forced_step = None
-    if train:
+    if transfer:
+      params, computed = trainer.initial_state().params, {}
+    elif train:
       params, computed = trainer.train(take_over_other_hosts)
     else:
       (params, forced_step), computed = trainer.restore_params(force), {}
@@ -456,13 +462,30 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
   return results
 
 
+def _transfer_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The config of evaluating another run's params (`model_init`, a run directory) on this config's data: the
+  main model only, named after the trained run, `<its workdir>.<its model>` (e.g. default.blp_transe)."""
+  parent_dir = checkpoints.as_path(config.model_init)
+  transfer = ml_collections.ConfigDict(config.to_dict())
+  transfer.name = f"{parent_dir.parent.name}.{parent_dir.name}"
+  transfer.baselines, transfer.finetune = {}, {}
+  if config.get("baselines"):
+    logging.info("Evaluating %s on %s: the config's baselines are not evaluated.", parent_dir, config.name)
+  return transfer
+
+
 def _model_init(model_init: str, workdir: epath.Path, reported: dict[str, tuple[Any, Any]]) -> tuple[Any, Any]:
-  """The objective and params of the model a run starts from: a run of this config, or any run's workdir
-  (its reported params; those of an unfinished run with a warning)."""
+  """The objective (or loaded model) and params of the run a run starts from: a run of this config, or any run's
+  directory (its reported params; those of an unfinished run with a warning). A directory that loads without its
+  data (`docent_jax.load`) is loaded; others are rebuilt from their config and data."""
   if model_init in reported:
     return reported[model_init]
   parent_dir = checkpoints.as_path(model_init)
-  parent = Trainer(checkpoints.recorded_config(parent_dir), parent_dir)
+  parent_config = checkpoints.recorded_config(parent_dir)
+  if parent_config.objective in inference_model.MODELS and (parent_dir / checkpoints.MODEL_FILE).exists():
+    parent = inference_model.load(parent_dir)
+    return parent, parent.params
+  parent = Trainer(parent_config, parent_dir)
   params, _ = parent.restore_params(force=True)
   return parent.objective, params
 

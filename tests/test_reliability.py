@@ -231,3 +231,26 @@ def test_a_download_that_cannot_connect_says_to_set_manual_dir(tmp_path, monkeyp
   monkeypatch.setattr(downloader, "MAX_RETRIES", 0)  # TFDS's backoff over 10 retries takes minutes.
   with pytest.raises(ConnectionError, match=r"abt_buy: downloading its source files failed.*config.data.manual_dir"):
     offer_corpus.load_offer_corpus("abt_buy", data_dir=tmp_path)
+
+
+def test_evaluate_with_model_init_evaluates_that_run_on_this_configs_data(kg_dir, tfds_dir, parent, tmp_path):
+  parent_dir, parent_results = parent
+  config = _config(kg_dir, tfds_dir)
+  config.model_init = str(parent_dir / "blp_transe")
+  results = train.evaluate(config, tmp_path / "transfer")
+  name = f"{parent_dir.name}.blp_transe"
+  # The same data: the trained run's own numbers, under the trained run's name; nothing was trained.
+  assert results == pytest.approx({key.replace("blp_transe/", f"{name}/"): value
+                                   for key, value in parent_results.items() if key.startswith("blp_transe/")}, abs=1e-6)
+  assert not (tmp_path / "transfer" / name / "checkpoints").exists()
+
+
+def test_evaluating_a_run_on_a_graph_with_a_relation_it_lacks_names_the_relation(tfds_dir, parent, tmp_path):
+  parent_dir, _ = parent
+  other = kg_fixtures.write_tiny_kg(tmp_path / "other_kg")
+  for path in other.glob("*.tsv"):
+    path.write_text(path.read_text().replace("\tsame_colour\t", "\tnever_trained\t"))
+  config = _config(other, tfds_dir)
+  config.model_init = str(parent_dir / "blp_transe")
+  with pytest.raises(KeyError, match="the trained run has no relation 'never_trained'"):
+    train.evaluate(config, tmp_path / "transfer")

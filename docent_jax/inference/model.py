@@ -62,6 +62,7 @@ class LinkPredictionModel(Model):
   def __init__(self, *args: Any):
     super().__init__(*args)
     self.relation_ids: list[str] = list(self.record["relation_ids"])
+    self.encoder_path = blp_model.encoder_path(self.config)
     self.module, self.scoring, _ = blp_model.create(self.config, self.tokenizer.vocab_size, len(self.relation_ids))
 
   def encode(self, texts: Sequence[str]) -> np.ndarray:

@@ -30,6 +30,11 @@ class BlpModel(nn.Module):
     return self.encoder(tokens, deterministic=deterministic)
 
 
+def encoder_path(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+  """Where the text encoder's params sit in the model's params: BERT's under encoder/bert, others' under encoder."""
+  return ("encoder", "bert") if config.model.encoder == "bert" else ("encoder",)
+
+
 def create(config: ml_collections.ConfigDict, vocab_size: int,
            num_relations: int) -> tuple[BlpModel, relations.ScoringFunction, dict[str, Any] | None]:
   """The model of a BLP config over `num_relations` relations, its scoring function and the pretrained BERT's

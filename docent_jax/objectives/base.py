@@ -33,6 +33,7 @@ class Objective(abc.ABC):
     self.config = config
     self.mesh = mesh
     self.parent: tuple["Objective", Any] | None = None
+    self.evaluate_only = False  # The parent's params are evaluated as they are (transfer evaluation).
 
   @abc.abstractmethod
   def init_variables(self, rng: jax.Array) -> Any:
@@ -47,11 +48,13 @@ class Objective(abc.ABC):
     """A partial params tree that overwrites the fresh initialisation; empty by default."""
     return {}
 
-  def start_from(self, parent: "Objective", parent_params: Any) -> None:
-    """Called before training or evaluation when the config names `model_init`: the objective and params of
-    the model this run starts from. The trainer starts from the parent's encoder (at `parent.encoder_path`)
-    and from every other param it has in the same place and shape (`params_from_parent`)."""
+  def start_from(self, parent: Any, parent_params: Any, evaluate_only: bool = False) -> None:
+    """Called before training or evaluation when the config names `model_init`: the objective (or loaded
+    model) and params of the run this one starts from. The trainer starts from the parent's encoder (at
+    `parent.encoder_path`) and from every other param it has in the same place and shape
+    (`params_from_parent`). `evaluate_only`: the params are evaluated on this run's data, not trained."""
     self.parent = (parent, parent_params)
+    self.evaluate_only = evaluate_only
 
   def params_from_parent(self) -> Any:
     """The parent's params as this objective may take them (by default all of them)."""

@@ -61,7 +61,8 @@ class BlpObjective(base.Objective):
     logging.info("%s: %d entities, %d relations, triples %s.", self.graph.name, self.graph.num_entities,
                  self.graph.num_relations, {k: len(v) for k, v in self.graph.triples.items()})
     self._embeddings = None  # (params, their entity vectors): evaluators of one params share them.
-    self.encoder_path = ("encoder", "bert") if config.model.encoder == "bert" else ("encoder",)
+    self.encoder_path = blp_model.encoder_path(config)
+    self.relation_ids = self.graph.relation_ids
 
   @classmethod
   def config_rules(cls) -> tuple[tuple[str, Any, str], ...]:
@@ -69,14 +70,19 @@ class BlpObjective(base.Objective):
              "must be at least 2: a triple's negatives are the entities of the batch's other triples"),)
 
   def params_from_parent(self) -> Any:
-    """The parent's params, with a BLP parent's relation embeddings reordered to this graph's relations by
-    name; left out (fresh) when the parent lacks one of them."""
+    """The parent's params, with a link prediction parent's relation embeddings reordered to this graph's
+    relations by name. When the parent lacks one of them, they start fresh for training, and evaluating the
+    parent's params on this graph (`evaluate_only`) is an error naming them."""
     parent, params = self.parent
-    if not isinstance(parent, BlpObjective) or "relations" not in params:
+    parent_relations = getattr(parent, "relation_ids", None)
+    if parent_relations is None or "relations" not in params:
       return params
-    rows = {name: row for row, name in enumerate(parent.graph.relation_ids)}
+    rows = {name: row for row, name in enumerate(parent_relations)}
     missing = [name for name in self.graph.relation_ids if name not in rows]
     params = {key: value for key, value in params.items() if key != "relations"}
+    if missing and self.evaluate_only:
+      raise KeyError(f"config.model_init: the trained run has no relation {', '.join(map(repr, missing[:5]))} of "
+                     f"{self.graph.name} ({len(missing)} missing), so it cannot rank this graph's triples.")
     if missing:
       logging.warning("model_init: the parent run has no relation %s; the relation embeddings start fresh.",
                       ", ".join(missing[:5]))

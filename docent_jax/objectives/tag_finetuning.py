@@ -113,9 +113,9 @@ class TagFinetuningObjective(base.Objective):
                                                pad_id=tokenizer.pad_token_id, batch_size=self.config.eval.batch_size,
                                                mesh=self.mesh)
 
-  def start_from(self, parent: base.Objective, parent_params: Any) -> None:
+  def start_from(self, parent: base.Objective, parent_params: Any, evaluate_only: bool = False) -> None:
     """Takes the DOCENT model's entity vectors (frozen inputs) and its BERT (what the scorer fine-tunes)."""
-    super().start_from(parent, parent_params)
+    super().start_from(parent, parent_params, evaluate_only)
     _, self.item_vectors = parent.export_embeddings(parent_params)
 
   def data_fingerprint(self) -> dict[str, int | str]:
