@@ -34,8 +34,8 @@ from docent_jax import objectives
 from docent_jax import optim
 from docent_jax import parallel
 from docent_jax.data import pipeline
-from docent_jax.inference import model as inference_model
 from docent_jax.evaluation import seeds
+from docent_jax.inference import model as inference_model
 
 RESULTS_FILE = "results.json"
 FORCED_KEY = "forced/step"  # `<model>/forced/step` in results.json: the step of params evaluated with --force.
