@@ -117,7 +117,7 @@ def machine() -> dict[str, Any]:
   fields = {key.strip(): value.strip() for key, value in fields.items()}
   return {"cpu": fields.get("Model name") or platform.processor(), "cpu_family": fields.get("CPU family"),
           "cpu_model": fields.get("Model"), "hypervisor": fields.get("Hypervisor vendor"),
-          "cores": len(os.sched_getaffinity(0)), "memory_gb": round(os.sysconf("SC_PAGE_SIZE") *
+          "cores": len(os.sched_getaffinity(0)), "memory_gib": round(os.sysconf("SC_PAGE_SIZE") *
                                                                    os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
           "load_average_at_start": list(os.getloadavg()), "jax": jax.__version__,
           "faiss": __import__("faiss").__version__}
@@ -148,7 +148,7 @@ def bench_size(data: str, num_vectors: int, dim: int, num_queries: int, nprobes:
     (_, found), seconds = timed(lambda nprobe=nprobe: index.search(queries, K, nprobe=nprobe), REPEATS)
     ann_results.append({"nprobe": nprobe, "found": found, "queries_per_s": round(num_queries / seconds, 1)})
   ann = {"library": "faiss", "index": f"IVF{num_lists},Flat", "num_lists": num_lists,
-         "memory_gb": round(vector_bytes / 2**30, 3), "train_s": round(train_s, 1), "add_s": round(add_s, 1),
+         "memory_gib": round(vector_bytes / 2**30, 3), "train_s": round(train_s, 1), "add_s": round(add_s, 1),
          "build_s": round(train_s + add_s, 1)}
   del index
   gc.collect()

@@ -12,7 +12,7 @@
   faiss was chosen by measurement against HNSW graphs (faiss's, usearch's) and ScaNN's tree
   (`tools/bench_search.py --compare_libraries`, in `tools/results/bench_search.json`): on 40k clustered
   vectors its IVF index built in 3-4 s against 25-62 s for the graphs, and reached recall@10 >= 0.99 at
-  5-8x their queries/s; ScaNN built in 5-20 s but stayed below 0.99, and `import scann` fails beside this
+  5-13x their queries/s; ScaNN built in 5-20 s but stayed below 0.99, and `import scann` fails beside this
   project's TensorFlow. Vectors without cluster structure defeat every index: there, use `ExactSearch`.
   The index is saved as a directory (`index.faiss`, `index.json`) through `etils.epath`, so a run
   directory on gs:// holds it too (`INDEX_DIRNAME`, next to the run).
