@@ -24,6 +24,7 @@ ids, vectors = model.entities()
 np.save(sys.argv[2] + "/vectors.npy", vectors)
 queries = ["entity number five", "a thing related to twelve"]
 json.dump({"ids": ids, "search": model.search(queries, k=5), "queries": model.encode(queries).tolist(),
+           "approximate": model.search(queries, k=5, approximate=True),
            "tails": model.predict(queries, [model.relation_ids[0]] * 2, k=3)}, open(sys.argv[2] + "/out.json", "w"))
 """
 
@@ -64,6 +65,10 @@ def test_a_loaded_run_gives_the_evaluations_vectors_and_exact_search(trained_run
     np.testing.assert_allclose(scores, row[[row_of[entity] for entity, _ in answer]], atol=1e-5)
     np.testing.assert_allclose(scores, np.sort(row)[::-1][:5], atol=1e-5)
   assert all(len(answer) == 3 for answer in out["tails"])
+  # The CPU index (saved next to the run) searches every list of so few vectors: the exact answer's scores.
+  for approximate, exact in zip(out["approximate"], out["search"]):
+    np.testing.assert_allclose([s for _, s in approximate], [s for _, s in exact], atol=1e-5)
+  assert (run_dir / "search_index" / "index.json").exists()
 
 
 def test_an_unknown_relation_is_an_error_naming_it(trained_run):

@@ -45,15 +45,29 @@ class Model(abc.ABC):
     """The run's entity ids and their [N, d] vectors (computed once)."""
     raise TypeError(f"A {self.config.objective} run has no entity set.")
 
-  def search(self, queries: Sequence[str], k: int = 10) -> Ranking:
-    """The `k` entities nearest to each query text by cosine similarity, exactly."""
+  def search(self, queries: Sequence[str], k: int = 10, approximate: bool = False) -> Ranking:
+    """The `k` entities nearest to each query text by cosine similarity: exactly over the devices, or
+    (`approximate`) by the CPU index saved next to the run (built on first use)."""
     ids, _ = self.entities()
-    scores, rows = self._entity_index().search(self.encode(queries), min(k, len(ids)))
-    return [[(ids[j], float(s)) for j, s in zip(row, score)] for row, score in zip(rows, scores)]
+    index = self._approximate_index() if approximate else self._exact_index()
+    scores, rows = index.search(self.encode(queries), min(k, len(ids)))
+    return [[(ids[j], float(s)) for j, s in zip(row, score) if j >= 0] for row, score in zip(rows, scores)]
 
   @functools.cache
-  def _entity_index(self) -> vector_search.ExactSearch:
+  def _exact_index(self) -> vector_search.ExactSearch:
     return vector_search.ExactSearch(self.entities()[1], self.mesh, normalize=True)
+
+  @functools.cache
+  def _approximate_index(self) -> vector_search.AnnIndex:
+    path = self.run_dir / vector_search.INDEX_DIRNAME
+    if (path / "index.json").exists():
+      return vector_search.AnnIndex.load(path)
+    index = vector_search.AnnIndex.build(self.entities()[1], normalize=True)
+    try:
+      index.save(path)
+    except OSError as error:  # A read-only run directory still answers; the index is rebuilt next time.
+      logging.warning("The search index was not saved in %s (%s).", path, error)
+    return index
 
 
 class LinkPredictionModel(Model):
