@@ -3,7 +3,7 @@
   * `pair_matching`: the bi-encoder `PairClassifier` (mean-pooled BERT per offer, a logistic head on
     [u, v, |u - v|, u * v]). It fine-tunes the encoder of the run it starts from (`model_init`, e.g.
     a SupCon pre-training); with `model.head_init = 'probe'` its head starts at that encoder's
-    linear probe (linear probing, then fine-tuning), else fresh.
+    linear probe (linear probing, then fine-tuning), else fresh (see `fresh_head`).
   * `cross_encoder`: BERT over `[CLS] a [SEP] b [SEP]` and the same head, from the pretrained BERT:
     the baseline without contrastive pre-training.
 Both train on the labelled training pairs with binary cross-entropy (batches reshuffled each epoch)
@@ -65,7 +65,8 @@ class PairMatchingObjective(base.Objective):
     return self.model.init(rng, jnp.zeros((1, 2, self.config.data.max_len), jnp.int32))["params"]
 
   def pretrained_params(self) -> dict[str, Any]:
-    """The encoder of the run this one starts from and, with `head_init = 'probe'`, its linear probe's head."""
+    """The encoder of the run this one starts from and its linear probe's head (`head_init = 'probe'`) or a fresh
+    head's bias."""
     if self.parent is None:
       raise ValueError(f"{self.config.name}: objective 'pair_matching' fine-tunes another run's encoder; set "
                        "config.model_init to that run (a workdir, or a model of this config).")
