@@ -82,9 +82,9 @@ class PairMatchingObjective(base.Objective):
     keeps its random initialisation.
 
     At bias 0 every pair starts at probability 0.5, while matches are a minority (Abt-Buy: 11%). Until the
-    logits reach the prior, every pair's gradient says "lower the logit", the same for all inputs, and the
-    encoder under the head follows it: the first steps of fine-tuning go into the class prior instead of the
-    pairs.
+    logits come down to that prior, most pairs' gradients say "lower the logit", whatever the pair, and the
+    encoder under the head follows: the first steps, those at the peak learning rate, go into the class prior
+    instead of the pairs (on Abt-Buy, seed 0, the cross-encoder then did not learn within its 350 steps).
     """
     labels = self.pairs["train"][:, 2]
     prior = (labels.sum() + 1.0) / (len(labels) + 2.0)
