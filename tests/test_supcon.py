@@ -120,6 +120,8 @@ def test_trained_encoder_starts_from_the_frozen_encoders_probe_when_configured(p
   head = stage.initial_state().params["head"]["output"]
   starts_at_probe = np.allclose(np.asarray(head["kernel"])[:, 0], probe.weights, atol=1e-6)
   assert starts_at_probe == (head_init == "probe")
+  if head_init == "fresh":  # At the training pairs' match log-odds, add-one smoothed: 8 matches in 24 pairs.
+    np.testing.assert_allclose(head["bias"], [np.log(9 / 17)], rtol=1e-6)
   if head_init == "probe":  # The classifier then scores as the probe does.
     logits = stage.objective.logits(stage.initial_state().params, "test")
     assert pair_matching.match_metrics(logits, stage.objective.pairs["test"][:, 2])["loss"] == pytest.approx(
