@@ -65,8 +65,11 @@ class DamagedFileError(ValueError):
 
 def write_atomically(path: str | epath.PathLike, text: str) -> None:
   """Writes `text` beside `path`, then renames it over `path`: a stop or a full disk mid-write leaves the
-  previous file whole (GCS objects are replaced whole too)."""
+  previous file whole. On gs:// an upload replaces the object whole, so it is written in place."""
   path = as_path(path)
+  if "://" in str(path):  # An object store replaces an object whole when its upload completes; no rename needed.
+    path.write_text(text)
+    return
   partial = path.parent / (path.name + ".partial")
   try:
     partial.write_text(text)
