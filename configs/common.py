@@ -49,6 +49,12 @@ def evaluator(kind: str, every_steps: int = 0, **options) -> dict:
   return dict(type=kind, every_steps=every_steps, **options)
 
 
+def baseline(kind: str, report_as: str, **options) -> dict:
+  """An entry of `config.evals` that scores an untrained baseline (BM25, TF-IDF, static word pieces, ...) at the
+  end, reported as model `report_as`; evaluating another run on this config (`model_init`) leaves it out."""
+  return dict(evaluator(kind, **options), report_as=report_as, baseline=True)
+
+
 def evaluation(batch_size: int, best_metric: str = "", best_mode: str = "max") -> ml_collections.ConfigDict:
   """Shared evaluation settings; best_metric (e.g. 'validation/mrr', from an eval with every_steps) picks
   the checkpoint whose params are reported ("" = the last), best_mode 'max' or 'min'."""

@@ -53,7 +53,14 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.train = common.training(global_batch_size=32, num_steps=NUM_STEPS[variant], log_every_steps=50,
                                  checkpoint_every_steps=500)
 
-  config.evals = ml_collections.ConfigDict(dict(search=common.evaluator("movie_search")))
+  # The model's search, and the untrained baselines (reported under their own names): BM25 and bag-of-sentences
+  # search, popular tags and TF-IDF for tags and genres. BoS-BERT tags are fine-tuning runs (`baselines` below).
+  config.evals = ml_collections.ConfigDict(dict(
+      search=common.evaluator("movie_search"),
+      bm25=common.baseline("bm25_search", "bm25"),
+      bos=common.baseline("bos_search", "bos"),
+      top_tags=common.baseline("top_tags", "top_tags"),
+      tfidf=common.baseline("tfidf_tags", "tfidf")))
   config.eval = common.evaluation(batch_size=128)
   config.eval.search_min_votes = 1  # Votes that make a movie relevant to a tag query.
   # Tag prediction: a tag is positive for a held-out movie at this many votes (genres: 1). The paper

@@ -49,8 +49,8 @@ def get_config(arg: str = "multitask") -> ml_collections.ConfigDict:
   model_evals = dict(validation=common.evaluator("pair_tasks", split="validation", max_pairs=1000, every_steps=100),
                      analogies=common.evaluator("analogies"), phrase_similarity=common.evaluator("phrase_similarity"))
   # The static baseline: the reference model's input word pieces, averaged (reported once, by the main model).
-  static = dict(static_analogies=common.evaluator("analogies", static=True, report_as="static_wordpiece"),
-                static_similarity=common.evaluator("phrase_similarity", static=True, report_as="static_wordpiece"))
+  static = dict(static_analogies=common.baseline("analogies", "static_wordpiece", static=True),
+                static_similarity=common.baseline("phrase_similarity", "static_wordpiece", static=True))
   config.evals = ml_collections.ConfigDict({**model_evals, **static})
 
   config.mesh = common.mesh()
@@ -95,8 +95,8 @@ def faq_config(source: str) -> ml_collections.ConfigDict:
   config.eval = common.evaluation(batch_size=128)
   model_evals = dict(test=common.evaluator("faq_retrieval", split="test"))
   config.evals = ml_collections.ConfigDict(dict(
-      **model_evals, tfidf=common.evaluator("faq_retrieval", scorer="tfidf", report_as="tfidf"),
-      bm25=common.evaluator("faq_retrieval", scorer="bm25", report_as="bm25")))
+      **model_evals, tfidf=common.baseline("faq_retrieval", "tfidf", scorer="tfidf"),
+      bm25=common.baseline("faq_retrieval", "bm25", scorer="bm25")))
 
   config.mesh = common.mesh()
 

@@ -101,7 +101,7 @@ def parse_flags(argv: list[str]) -> list[str]:
   """absl's flag parsing; an override of a key the config lacks is one line naming the nearest valid keys."""
   try:
     return FLAGS(argv)
-  except (AttributeError, KeyError) as error:
+  except (AttributeError, KeyError):
     spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
     problems = spec and config_schema.unknown_override_keys(config_schema.load_config_file(spec), argv)
     if not problems:

@@ -23,19 +23,21 @@ from flax import traverse_util
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 import ml_collections
 import numpy as np
 import optax
 
 from docent_jax import checkpoints
 from docent_jax import config_schema
-from docent_jax import evaluators
 from docent_jax import objectives
 from docent_jax import optim
 from docent_jax import parallel
 from docent_jax.data import pipeline
 from docent_jax.evaluation import seeds
+from docent_jax.evaluation import registry as evaluators
 from docent_jax.inference import model as inference_model
+from docent_jax.inference import protocol
 
 RESULTS_FILE = "results.json"
 FORCED_KEY = "forced/step"  # `<model>/forced/step` in results.json: the step of params evaluated with --force.
@@ -168,7 +170,7 @@ class Trainer:
     params = overwrite_params(init(jax.random.fold_in(self.rng, 0)), self.objective.pretrained_params())
     if self.objective.parent is not None:
       params = inherit_params(params, self.objective.params_from_parent(), self.objective.encoder_path,
-                              self.objective.parent[0].encoder_path, self.config.model_init)
+                              self.objective.parent.encoder_path, self.config.model_init)
     opt_state = jax.jit(self.optimizer.init, out_shardings=shardings.opt_state)(params)
     return TrainState(step=jax.device_put(jnp.zeros((), jnp.int32), shardings.step), params=params,
                       opt_state=opt_state)
@@ -203,14 +205,15 @@ class Trainer:
       return None
     return checkpoints.BestParams(self.workdir / checkpoints.BEST_DIR, metric, self.config.eval.get("best_mode", "max"))
 
-  def evaluate(self, params: Any, specs: list[evaluators.EvalSpec]) -> dict[str, dict[str, float]]:
-    """Per evaluator name, its `<split>/<metric>` numbers for `params`."""
-    return {spec.name: spec.run(self.objective, params) for spec in specs}
+  def evaluate(self, model: protocol.Model, specs: list[evaluators.EvalSpec]) -> dict[str, dict[str, float]]:
+    """Per evaluator name, its `<split>/<metric>` numbers for `model` on this run's data."""
+    data = self.objective.evaluation_data()
+    return {spec.name: spec.run(model, data) for spec in specs}
 
   def _evaluate_periodic(self, step: int, state: TrainState, specs: list[evaluators.EvalSpec],
                          writer: metric_writers.MetricWriter, best: checkpoints.BestParams | None,
                          log: checkpoints.EvaluationLog) -> dict:
-    metrics = self.evaluate(state.params, specs)
+    metrics = self.evaluate(self.objective.model(state.params), specs)
     flat = {k: v for m in metrics.values() for k, v in m.items()}
     writer.write_scalars(step, flat)
     # The console gets the headline numbers (`<split>/<metric>`); TensorBoard gets all.
@@ -325,7 +328,7 @@ class Trainer:
     checkpoints.guard_workdir_data(self.workdir, self.objective.data_fingerprint())
     record = self.objective.inference_record()
     path = self.workdir / checkpoints.MODEL_FILE
-    if record is not None and jax.process_index() == 0 and not path.exists():
+    if jax.process_index() == 0 and not path.exists():
       checkpoints.write_atomically(path, json.dumps(record))
 
   def restore_params(self, force: bool = False) -> tuple[Any, int | None]:
@@ -363,9 +366,9 @@ class Trainer:
     checkpointer.close()
     return params, (latest if problems else None)
 
-  def report(self, params: Any, computed: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Every evaluator of the config on `params` (reusing `computed` ones): `<report_as>/<split>/<metric>`."""
-    metrics = {**computed, **self.evaluate(params, [spec for spec in self.evals if spec.name not in computed])}
+  def report(self, model: protocol.Model, computed: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Every evaluator of the config on `model` (reusing `computed` ones): `<report_as>/<split>/<metric>`."""
+    metrics = {**computed, **self.evaluate(model, [spec for spec in self.evals if spec.name not in computed])}
     writer = self._writer()
     writer.write_scalars(self.config.train.num_steps,
                          {f"final/{k}": v for m in metrics.values() for k, v in m.items()})
@@ -434,24 +437,26 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
     started = time.time()
     try:
       trainer = Trainer(run_config, workdir / run_config.name)
-      if run_config.get("model_init"):
-        trainer.objective.start_from(*_model_init(run_config.model_init, workdir, reported), evaluate_only=transfer)
+      parent = (_model_init(run_config.model_init, workdir, reported, trainer.mesh) if run_config.get("model_init")
+                else None)
+      if parent is not None and not transfer:
+        trainer.objective.start_from(parent)
     except objectives.base.SkipRun as reason:
       logging.warning("%s: skipped: %s", run_config.name, reason)
       continue
-    if index == 0:
-      results.update(trainer.objective.baselines())
     forced_step = None
-    if transfer:
-      params, computed = trainer.initial_state().params, {}
+    if transfer:  # The trained run's own model, evaluated on this config's data.
+      model, computed = parent, {}
     elif train:
       params, computed = trainer.train(take_over_other_hosts)
+      model = trainer.objective.model(params)
     else:
       (params, forced_step), computed = trainer.restore_params(force), {}
-    reported[run_config.name] = (trainer.objective, params)
-    run_results = trainer.report(params, computed)
+      model = trainer.objective.model(params)
+    reported[run_config.name] = model
+    run_results = trainer.report(model, computed)
     if forced_step is not None:
-      run_results.update({f"{model}/{FORCED_KEY}": forced_step for model in {k.split("/")[0] for k in run_results}})
+      run_results.update({f"{name}/{FORCED_KEY}": forced_step for name in {k.split("/")[0] for k in run_results}})
     logging.info("%s: done in %s.", run_config.name, _duration(time.time() - started))
     results.update(run_results)
     write_results(workdir, results)
@@ -463,31 +468,40 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
 
 
 def _transfer_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """The config of evaluating another run's params (`model_init`, a run directory) on this config's data: the
-  main model only, named after the trained run, `<its workdir>.<its model>` (e.g. default.blp_transe)."""
+  """The config of evaluating another run (`model_init`, a run directory) on this config's data: the config's run
+  of the same objective (else its main model), without baselines and stages, named after the trained run,
+  `<its workdir>.<its model>` (e.g. default.blp_transe). Its evaluators, baseline ones left out, score the loaded
+  model."""
   parent_dir = checkpoints.as_path(config.model_init)
-  transfer = ml_collections.ConfigDict(config.to_dict())
+  objective = checkpoints.recorded_config(parent_dir).objective
+  same_objective = [run for run in model_configs(config) if run.objective == objective]
+  transfer = ml_collections.ConfigDict((same_objective[0] if same_objective else config).to_dict())
   transfer.name = f"{parent_dir.parent.name}.{parent_dir.name}"
+  transfer.model_init = config.model_init
   transfer.baselines, transfer.finetune = {}, {}
-  if config.get("baselines"):
-    logging.info("Evaluating %s on %s: the config's baselines are not evaluated.", parent_dir, config.name)
+  # The model's evaluators, reported under the transfer's name; untrained baselines are the config's own.
+  transfer.evals = {name: {key: value for key, value in entry.items() if key != "report_as"}
+                    for name, entry in transfer.get("evals", {}).to_dict().items() if not entry.get("baseline")}
+  if len(model_configs(config)) > 1:
+    logging.info("Evaluating %s on %s with the evaluators of its %s run; the config's other runs are not "
+                 "evaluated.", parent_dir, config.name, transfer.objective)
   return transfer
 
 
-def _model_init(model_init: str, workdir: epath.Path, reported: dict[str, tuple[Any, Any]]) -> tuple[Any, Any]:
-  """The objective (or loaded model) and params of the run a run starts from: a run of this config, or any run's
-  directory (its reported params; those of an unfinished run with a warning). A directory that loads without its
-  data (`docent_jax.load`) is loaded; others are rebuilt from their config and data."""
+def _model_init(model_init: str, workdir: epath.Path, reported: dict[str, protocol.Model],
+                mesh: Mesh) -> protocol.Model:
+  """The model of the run a run starts from: a run of this config, or any run's directory (its reported params;
+  those of an unfinished run with a warning), on `mesh`. A directory that loads without its data
+  (`docent_jax.load`) is loaded; one trained before runs recorded what loading needs is rebuilt from its config and
+  data."""
   if model_init in reported:
     return reported[model_init]
   parent_dir = checkpoints.as_path(model_init)
-  parent_config = checkpoints.recorded_config(parent_dir)
-  if parent_config.objective in inference_model.MODELS and (parent_dir / checkpoints.MODEL_FILE).exists():
-    parent = inference_model.load(parent_dir)
-    return parent, parent.params
-  parent = Trainer(parent_config, parent_dir)
+  if (parent_dir / checkpoints.MODEL_FILE).exists():
+    return inference_model.load(parent_dir, mesh)
+  parent = Trainer(checkpoints.recorded_config(parent_dir), parent_dir)
   params, _ = parent.restore_params(force=True)
-  return parent.objective, params
+  return parent.objective.model(params)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike,

@@ -49,9 +49,10 @@ def test_a_fresh_cross_encoder_starts_at_the_match_rate_and_learns_separable_pai
   assert labels.mean() == pytest.approx(1 / (NON_MATCHES + 1))
   # A head at bias 0 would start every pair at probability 0.5 (loss 0.69): the first steps would all push the
   # logits down together. At the match rate's log-odds the loss starts at the prior's entropy (0.35).
-  start = pair_matching.match_metrics(objective.logits(trainer.initial_state().params, "train"), labels)
+  data = objective.evaluation_data()
+  start = pair_matching.classify_pairs(objective.model(trainer.initial_state().params), data, "train")
   rate = labels.mean()
-  assert start["loss"] == pytest.approx(-rate * np.log(rate) - (1 - rate) * np.log(1 - rate), abs=0.02)
+  assert start["train/loss"] == pytest.approx(-rate * np.log(rate) - (1 - rate) * np.log(1 - rate), abs=0.02)
   params, _ = trainer.train()
   for split in ("validation", "test"):
-    assert pair_matching.match_metrics(objective.logits(params, split), objective.pairs[split][:, 2])["f1"] > 0.9
+    assert pair_matching.classify_pairs(objective.model(params), data, split)[f"{split}/f1"] > 0.9

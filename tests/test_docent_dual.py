@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 
 from configs import docent
+import docent_jax
 from docent_jax import parallel
 from docent_jax import train
 from docent_jax.data.reviews import corpus as review_corpus
+from docent_jax.evaluation import movie_search
 from review_fixtures import tiny_config
 
 def test_dual_trains_and_writes_search_and_tag_metrics_beside_baselines(docent_dual_run):
@@ -38,6 +40,23 @@ def test_dual_trains_and_writes_search_and_tag_metrics_beside_baselines(docent_d
     assert (workdir / run / "checkpoints" / "8").is_dir(), run
     assert list((workdir / run).glob("events.out.tfevents.*")), run
   assert not (workdir / "docent_dual_genres" / "checkpoints").exists()
+
+
+def test_a_loaded_dual_model_searches_its_movies_as_its_evaluation_did(docent_dual_run, reviews_dir,
+                                                                      reviews_tfds_dir):
+  workdir, results = docent_dual_run
+  model = docent_jax.load(workdir / "docent_dual")
+  data = train.Trainer(tiny_config(reviews_dir, reviews_tfds_dir), "unused").objective.evaluation_data()
+  assert movie_search.search_movies(model, data) == pytest.approx(
+      {key.removeprefix("docent_dual/"): value for key, value in results.items()
+       if key.startswith("docent_dual/") and "/search_" in key}, abs=1e-6)
+  ids, table = model.entities()
+  assert ids == data.corpus.entity_ids and table.shape[0] == len(ids)
+  # search ranks the movies by the cosine of the query's vector with their rows, as the evaluation does.
+  (found,) = model.search([data.corpus.tags[0]], k=3)
+  query = model.encode([data.corpus.tags[0]])[0]
+  cosine = table @ query / np.linalg.norm(table, axis=1) / np.linalg.norm(query)
+  np.testing.assert_allclose([score for _, score in found], np.sort(cosine)[::-1][:3], atol=1e-5)
 
 
 def test_full_softmax_on_a_mesh_matches_one_device(reviews_dir, reviews_tfds_dir):

@@ -8,6 +8,7 @@ import pytest
 from docent_jax import parallel
 from docent_jax import train
 from docent_jax.models import bert
+from docent_jax.models import pretrained
 from docent_jax.models import docent_full as docent_full_model
 from docent_jax.models import masking
 from docent_jax.objectives import docent_full
@@ -37,7 +38,7 @@ def test_two_segment_layout_and_entity_slot(objective):
 
   params = nn.unbox(jax.jit(objective.init_variables)(jax.random.key(0)))
   entity_ids, visible = jnp.array([5, 9]), jnp.array([True, False])
-  embedded = objective.model.apply({"params": params}, tokens, entity_ids, visible,
+  embedded = objective.module.apply({"params": params}, tokens, entity_ids, visible,
                                    method=docent_full_model.DocentFull.embed_inputs)
   words = np.asarray(bert.word_embedding_matrix(params["bert"]))
   entities = np.asarray(params["entities"]["embedding"])
@@ -102,10 +103,10 @@ def test_tag_prediction_runs_report_dual_keys_and_leave_the_entity_rows_alone(re
   keys = set()
   for task in ("tags", "tags_open"):
     stage = train.Trainer(runs[f"docent_full_{task}"], tmp_path / f"full_{task}")
-    stage.objective.start_from(model.objective, params)
+    stage.objective.start_from(model.objective.model(params))
     fitted, computed = stage.train()
     assert "entities" not in fitted  # The entity rows are inputs of the scorer, not its parameters.
-    keys |= {k.removeprefix("docent_full/") for k in stage.report(fitted, computed)}
+    keys |= {k.removeprefix("docent_full/") for k in stage.report(stage.objective.model(fitted), computed)}
   np.testing.assert_array_equal(params["entities"]["embedding"], rows)
   _, dual_results = docent_dual_run
   assert keys == {k.removeprefix("docent_dual/") for k in dual_results if k.startswith("docent_dual/") and "tags" in k}
@@ -146,7 +147,8 @@ def test_sentence_mean_rows_start_at_the_words_of_their_reviews(reviews_dir, rev
   rows = np.asarray(params["entities"]["embedding"])
   words = np.asarray(bert.word_embedding_matrix(params["bert"]))
   # The rows were placed by the word table the model starts from (a fixed random BERT here).
-  np.testing.assert_array_equal(words, bert.word_embedding_matrix(trainer.objective._pretrained_bert()))
+  fixed = pretrained.pretrained_or_fixed_bert(None, trainer.objective.bert_config, config.seed)
+  np.testing.assert_array_equal(words, bert.word_embedding_matrix(fixed))
   np.testing.assert_allclose(np.linalg.norm(rows, axis=1), np.linalg.norm(words, axis=1).mean(), rtol=1e-5)
   # Movies of one theme share their reviews' theme words: each row is nearer to its theme's rows.
   themes = np.array([int(entity[1:]) % 4 for entity in trainer.objective.corpus.entity_ids])

@@ -54,7 +54,7 @@ def test_loss_adds_weighted_mlm_and_mlm_gradient_reaches_the_entity_rows(one_dev
   assert float(metrics["loss"]) == pytest.approx(float(metrics["entity_loss"]) + 0.5 * float(metrics["mlm_loss"]),
                                                  rel=1e-6)
   # A fresh head predicts about uniformly over the vocabulary.
-  assert float(metrics["mlm_loss"]) == pytest.approx(np.log(objective.model.config.vocab_size), rel=0.2)
+  assert float(metrics["mlm_loss"]) == pytest.approx(np.log(objective.module.config.vocab_size), rel=0.2)
   assert int(metrics["mlm_num_masked"]) >= len(batch["entity"])
 
   # The MLM term alone: its gradient reaches exactly the rows of the batch's entities, through g(e).
@@ -69,7 +69,7 @@ def test_loss_adds_weighted_mlm_and_mlm_gradient_reaches_the_entity_rows(one_dev
 
 def test_mlm_logits_depend_on_the_entity(one_device):
   trainer, state, batch = one_device
-  model = trainer.objective.model
+  model = trainer.objective.module
   positions = jnp.tile(jnp.arange(4), (len(batch["entity"]), 1))
   logits = lambda entity: model.apply({"params": state.params}, batch["tokens"], entity, positions,
                                       method=hybrid_encoder.HybridEncoder.masked_lm_logits)

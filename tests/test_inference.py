@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from docent_jax import train
+from docent_jax.inference import link_prediction
 import kg_fixtures
 import tiny_training
 
@@ -40,7 +41,7 @@ def trained_run(tmp_path_factory) -> tuple[pathlib.Path, np.ndarray]:
   workdir = tmp_path_factory.mktemp("run")
   train.train_and_evaluate(config, workdir)
   trainer = train.Trainer(config, workdir / "blp_transe")
-  vectors = trainer.objective.entity_embeddings(trainer.restore_params()[0])
+  vectors = trainer.objective.model(trainer.restore_params()[0]).entities()[1]
   run_dir = pathlib.Path(shutil.copytree(workdir / "blp_transe", tmp_path_factory.mktemp("copied") / "blp_transe"))
   shutil.rmtree(data)  # Neither the graph nor its TFDS build is left.
   return run_dir, vectors
@@ -97,3 +98,20 @@ def test_predict_answers_json_lines_in_order_and_names_a_malformed_line(trained_
   assert search.returncode == 1
   assert "<stdin>:2: --task=search needs a JSON object with string query." in search.stderr
 
+
+
+def test_an_evaluation_round_encodes_each_entity_set_once(tmp_path, monkeypatch):
+  config = kg_fixtures.tiny_config(kg_fixtures.write_tiny_kg(tmp_path / "kg"), tmp_path / "tfds")
+  trainer = train.Trainer(config, tmp_path / "run")
+  assert {spec.type for spec in trainer.evals} == {"link_prediction", "entity_classification"}
+  assert len(trainer.evals) == 3  # Validation and test ranking, and classification: each reads every entity.
+  encoded = []
+  encode = link_prediction.LinkPredictionModel._encode
+  monkeypatch.setattr(link_prediction.LinkPredictionModel, "_encode",
+                      lambda model, texts: encoded.append(len(texts)) or encode(model, texts))
+  params = trainer.initial_state().params
+  entities = len(trainer.objective.evaluation_data().entity_texts)
+  trainer.evaluate(trainer.objective.model(params), trainer.evals)
+  assert encoded == [entities]
+  trainer.evaluate(trainer.objective.model(params), trainer.evals)  # Another round, other params: encoded anew.
+  assert encoded == [entities, entities]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from docent_jax import parallel
-from docent_jax.evaluation import tag_finetuning
+from docent_jax.models import tag_scorers
 from docent_jax.models import bert
 from docent_jax.models import pair_classifier
 
@@ -35,7 +35,7 @@ def test_bi_encoder_encodes_offers_by_mean_pooled_bert_and_scores_the_pair_featu
   offers = TOKENS.reshape(4, -1)
   vectors = model.apply({"params": params}, offers, method="encode")
   # The offer encoder is the mean-pooled BERT used elsewhere (e.g. for tag texts).
-  expected = tag_finetuning.pool(bert.BertModel(CONFIG, add_pooler=False), params["bert"], offers, "mean")
+  expected = tag_scorers.pool(bert.BertModel(CONFIG, add_pooler=False), params["bert"], offers, "mean")
   np.testing.assert_allclose(vectors, expected, atol=1e-6)
   u, v = vectors[0::2], vectors[1::2]
   features = jnp.concatenate([u, v, jnp.abs(u - v), u * v], axis=1)

@@ -65,7 +65,7 @@ def test_a_blp_run_with_model_init_starts_from_the_parents_params(kg_dir, tfds_d
   child_config.model_init = str(parent_dir / "blp_transe")
   child_config.seed = 7  # Another fresh initialisation: whatever matches it came from the parent.
   child = train.Trainer(child_config, "unused")
-  child.objective.start_from(*train._model_init(child_config.model_init, parent_dir, {}))
+  child.objective.start_from(train._model_init(child_config.model_init, parent_dir, {}, child.mesh))
   start = child.initial_state().params
   for (path, got), want in zip(jax.tree_util.tree_flatten_with_path(start)[0], jax.tree.leaves(parent_params)):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=jax.tree_util.keystr(path))
@@ -252,5 +252,5 @@ def test_evaluating_a_run_on_a_graph_with_a_relation_it_lacks_names_the_relation
     path.write_text(path.read_text().replace("\tsame_colour\t", "\tnever_trained\t"))
   config = _config(other, tfds_dir)
   config.model_init = str(parent_dir / "blp_transe")
-  with pytest.raises(KeyError, match="the trained run has no relation 'never_trained'"):
+  with pytest.raises(KeyError, match="blp_transe has no relation 'never_trained'"):
     train.evaluate(config, tmp_path / "transfer")

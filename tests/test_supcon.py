@@ -1,4 +1,5 @@
 """SupCon product matching end to end on a tiny two-source DeepMatcher directory the test writes."""
+import io
 import json
 import pathlib
 import shutil
@@ -9,6 +10,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import supcon as supcon_config
+import docent_jax
+from docent_jax import predict
 from docent_jax import train
 from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.data.offers import labels as offer_labels
@@ -114,18 +117,19 @@ def test_trained_encoder_starts_from_the_frozen_encoders_probe_when_configured(p
   runs = {c.name: c for c in train.model_configs(config)}
   pretraining = train.Trainer(runs["supcon"], tmp_path / "supcon")
   params = pretraining.initial_state().params
-  probe = pretraining.objective.linear_probe(params)
+  parent = pretraining.objective.model(params)
+  probe = pair_matching.linear_probe(parent, pretraining.objective.evaluation_data())
   stage = train.Trainer(runs["supcon_trained"], tmp_path / "supcon_trained")
-  stage.objective.start_from(pretraining.objective, params)
+  stage.objective.start_from(parent)
   head = stage.initial_state().params["head"]["output"]
   starts_at_probe = np.allclose(np.asarray(head["kernel"])[:, 0], probe.weights, atol=1e-6)
   assert starts_at_probe == (head_init == "probe")
   if head_init == "fresh":  # At the training pairs' match log-odds, add-one smoothed: 8 matches in 24 pairs.
     np.testing.assert_allclose(head["bias"], [np.log(9 / 17)], rtol=1e-6)
   if head_init == "probe":  # The classifier then scores as the probe does.
-    logits = stage.objective.logits(stage.initial_state().params, "test")
-    assert pair_matching.match_metrics(logits, stage.objective.pairs["test"][:, 2])["loss"] == pytest.approx(
-        probe.metrics["test"]["loss"], rel=1e-4)
+    found = pair_matching.classify_pairs(stage.objective.model(stage.initial_state().params),
+                                         stage.objective.evaluation_data(), "test")
+    assert found["test/loss"] == pytest.approx(probe.metrics["test"]["loss"], rel=1e-4)
 
 
 def test_every_model_of_the_config_trains_and_reports(supcon_run):
@@ -143,6 +147,38 @@ def test_every_model_of_the_config_trains_and_reports(supcon_run):
     assert list((workdir / run).glob("events.out.tfevents.*")), run
   for run in ("supcon_trained", "cross_encoder"):
     assert len(list((workdir / run / "best").iterdir())) == 1, run
+
+
+def test_loaded_runs_score_pairs_as_their_evaluation_did_and_predict_matches(supcon_run, tmp_path):
+  config, workdir, results = supcon_run
+  corpus = train.Trainer(config, tmp_path / "unused").objective.evaluation_data()
+  for run in ("supcon_trained", "cross_encoder"):
+    model = docent_jax.load(workdir / run)
+    assert pair_matching.classify_pairs(model, corpus, "test") == pytest.approx(
+        {key.removeprefix(f"{run}/"): value for key, value in results.items() if key.startswith(f"{run}/test/")},
+        abs=1e-5)
+  # The pre-trained encoder loads with its offer markers; its probe is the frozen model's numbers.
+  encoder = docent_jax.load(workdir / "supcon")
+  assert pair_matching.probe_frozen_encoder(encoder, corpus)["test/f1"] == pytest.approx(
+      results["supcon_frozen/test/f1"], abs=1e-6)
+  pairs = corpus.pairs["test"][:3]
+  requests = [{"left": corpus.texts[a], "right": corpus.texts[b]} for a, b, _ in pairs]
+  lines = io.StringIO("".join(json.dumps(r) + "\n" for r in requests))
+  output = io.StringIO()
+  model = docent_jax.load(workdir / "cross_encoder")
+  assert predict.predict(model, "match", lines, output) == 3
+  answers = [json.loads(line) for line in output.getvalue().splitlines()]
+  np.testing.assert_allclose([a["probability"] for a in answers],
+                             model.match([r["left"] for r in requests], [r["right"] for r in requests]), rtol=1e-6)
+  with pytest.raises(ValueError, match="--task=link needs a LinkPredictionModel"):
+    predict.predict(model, "link", io.StringIO(""), io.StringIO())
+  # A trained classifier evaluated on a config's pairs (here its own) by that config's cross-encoder evaluators.
+  transfer = config.copy_and_resolve_references()
+  transfer.model_init = str(workdir / "cross_encoder")
+  evaluated = train.evaluate(transfer, tmp_path / "transfer")
+  name = f"{workdir.name}.cross_encoder"
+  assert evaluated == pytest.approx({key.replace("cross_encoder/", f"{name}/"): value for key, value in results.items()
+                                     if key.startswith("cross_encoder/")}, abs=1e-5)
 
 
 def test_evaluate_mode_restores_every_run_and_trains_nothing(supcon_run, tmp_path, monkeypatch):

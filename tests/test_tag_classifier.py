@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from docent_jax import parallel
-from docent_jax.evaluation import tag_classifier
-from docent_jax.evaluation import tag_finetuning
+from docent_jax.models import tag_scorers
+from docent_jax.evaluation import tag_prediction
 from docent_jax.models import bert
 from docent_jax.models import docent_full
 from docent_jax.models import pretrained
@@ -19,13 +19,13 @@ def test_loss_weights_known_pairs_by_votes_and_never_counts_them_as_negatives():
   logits = jnp.array([[2.0, -1.0, 0.5, 1.0]])
   votes = jnp.array([[3, 1, 0, 0]])
   negatives = (softplus(0.5) + softplus(1.0)) / 2
-  assert float(tag_classifier.pair_classifier_loss(logits, votes, "votes")) == pytest.approx(
+  assert float(tag_scorers.pair_classifier_loss(logits, votes, "votes")) == pytest.approx(
       (3 * softplus(-2.0) + softplus(1.0)) / 4 + negatives, rel=1e-6)
   log_weights = np.log1p([3.0, 1.0])
-  assert float(tag_classifier.pair_classifier_loss(logits, votes, "log_votes")) == pytest.approx(
+  assert float(tag_scorers.pair_classifier_loss(logits, votes, "log_votes")) == pytest.approx(
       np.dot(log_weights, [softplus(-2.0), softplus(1.0)]) / log_weights.sum() + negatives, rel=1e-6)
   # Raising a known pair's logit only lowers the loss; raising an unknown one's raises it.
-  grads = np.asarray(jax.grad(tag_classifier.pair_classifier_loss)(logits, votes))
+  grads = np.asarray(jax.grad(tag_scorers.pair_classifier_loss)(logits, votes))
   assert (grads[0, :2] < 0).all() and (grads[0, 2:] > 0).all()
 
 
@@ -36,7 +36,7 @@ def test_sampled_pairs_hold_one_known_tag_then_distinct_unknown_tags():
   votes[np.arange(0, 30, 2), (np.arange(0, 30, 2) + 5) % 12] = 2  # Half the items have two known tags.
   positives = []
   for _ in range(30):
-    items, tags = tag_classifier.sample_pairs(rng, votes, items_per_step=8, pairs_per_item=5)
+    items, tags = tag_scorers.sample_pairs(rng, votes, items_per_step=8, pairs_per_item=5)
     assert items.shape == (8,) and tags.shape == (8, 5)
     known = votes[items[:, None], tags] > 0
     assert known[:, 0].all() and not known[:, 1:].any()
@@ -44,7 +44,7 @@ def test_sampled_pairs_hold_one_known_tag_then_distinct_unknown_tags():
     positives.extend(zip(items, tags[:, 0]))
   assert len(set(positives)) > 30 + 10  # Items with two known tags get each of them.
   # An item with every tag known: the pairs fill up with known tags, which the loss counts as positives.
-  _, tags = tag_classifier.sample_pairs(rng, np.ones((1, 3), np.int32), items_per_step=2, pairs_per_item=3)
+  _, tags = tag_scorers.sample_pairs(rng, np.ones((1, 3), np.int32), items_per_step=2, pairs_per_item=3)
   assert sorted(tags[0]) == [0, 1, 2]
 
 
@@ -55,7 +55,7 @@ def test_classifier_learns_a_toy_task_from_fixed_entity_rows():
   bert_params = bert.BertModel(config, add_pooler=False).init(jax.random.key(0), tokens, tokens)["params"]
   mesh = parallel.create_mesh(ml_collections.ConfigDict(dict(shape=(2, 4))))
   tokenizer = pretrained.load_tokenizer("minilm-l6")
-  scorer = tag_classifier.PairClassifierScorer(docent_full.DocentFull(config, num_entities=1),
+  scorer = tag_scorers.PairClassifierScorer(docent_full.DocentFull(config, num_entities=1),
                                                slot_id=tokenizer.mask_token_id, sep_id=tokenizer.sep_token_id,
                                                pad_id=tokenizer.pad_token_id, batch_size=16, mesh=mesh)
   head = {"kernel": np.random.default_rng(0).normal(0.0, config.initializer_range, _DIM).astype(np.float32),
@@ -63,13 +63,13 @@ def test_classifier_learns_a_toy_task_from_fixed_entity_rows():
   initial = {"bert": bert_params, "head": head}
   train_rows, train_votes = toy_task(24, seed=1)  # Entity rows near one of 4 directions, one per tag.
   test_rows, test_votes = toy_task(12, seed=2)
-  label_set = tag_finetuning.LabelSet("tags", _TAGS, np.concatenate([train_votes, test_votes]), vote_threshold=1)
+  label_set = tag_prediction.LabelSet("tags", _TAGS, np.concatenate([train_votes, test_votes]), vote_threshold=1)
   test_movies = np.arange(24, 36)
-  tag_tokens = tag_finetuning.label_tokens(tokenizer, _TAGS, 16)
-  auc = lambda scores: tag_finetuning.evaluate_label_scores(scores, label_set, test_movies)["auc"]
+  tag_tokens = tag_scorers.label_tokens(tokenizer, _TAGS, 16)
+  auc = lambda scores: tag_prediction.evaluate_label_scores(scores, label_set, test_movies)["auc"]
   untrained = scorer.scores(initial, test_rows, tag_tokens)
   rows_before = train_rows.copy()
-  options = tag_finetuning.StepOptions(items_per_step=8, tags_per_step=24)
+  options = tag_scorers.StepOptions(items_per_step=8, tags_per_step=24)
   params = fit(scorer, initial, train_rows, train_votes, tag_tokens, options, num_steps=150, learning_rate=3e-3)
   np.testing.assert_array_equal(train_rows, rows_before)
   assert set(params) == {"bert", "head"}  # The entity rows are inputs, not parameters.
@@ -78,7 +78,7 @@ def test_classifier_learns_a_toy_task_from_fixed_entity_rows():
   # Every entry is its own pair's logit (item-major; tags of different lengths are scored apart),
   # and the pair's entity row is what it reads.
   texts = _TAGS + ["a lonely cowboy rides his horse to a dusty saloon at midnight"]
-  tokens = tag_finetuning.label_tokens(tokenizer, texts, 16)
+  tokens = tag_scorers.label_tokens(tokenizer, texts, 16)
   assert (tokens != 0).sum(axis=1).max() > 8 >= (tokens[:-1] != 0).sum(axis=1).max()
   scores = scorer.scores(params, test_rows, tokens)
   items, tags = np.array([0, 5, 11, 7, 3]), np.array([3, 0, 2, 1, 4])

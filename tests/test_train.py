@@ -16,7 +16,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from docent_jax import checkpoints
-from docent_jax import evaluators
+from docent_jax.evaluation import registry as evaluators
 from docent_jax import parallel
 from docent_jax import train
 import kg_fixtures
@@ -426,7 +426,8 @@ def test_evaluation_during_training_reaches_tensorboard_and_the_best_params_are_
   best_params = trainer.restore_params()[0]
   test = evaluators.specs(config)[1]
   assert test.name == "test"
-  assert results["blp_transe/test/mrr"] == pytest.approx(test.run(trainer.objective, best_params)["test/mrr"], abs=1e-6)
+  tested = test.run(trainer.objective.model(best_params), trainer.objective.evaluation_data())
+  assert results["blp_transe/test/mrr"] == pytest.approx(tested["test/mrr"], abs=1e-6)
   # Final numbers reach TensorBoard too.
   assert _scalars(run_dir, "final/test/mrr")[8] == pytest.approx(results["blp_transe/test/mrr"], abs=1e-6)
 
@@ -487,11 +488,11 @@ def test_a_run_stopped_during_an_evaluation_evaluates_that_step_when_it_resumes(
 
   calls, run = [], evaluators.EvalSpec.run
 
-  def stop_at_fourth_validation(spec, objective, params):
+  def stop_at_fourth_validation(spec, model, data):
     calls.append(spec.name)
     if calls.count("validation") == 4:  # Step 4: its checkpoint is saved, its validation never finishes.
       raise Stopped
-    return run(spec, objective, params)
+    return run(spec, model, data)
 
   monkeypatch.setattr(evaluators.EvalSpec, "run", stop_at_fourth_validation)
   with pytest.raises(Stopped):

@@ -1,4 +1,5 @@
 """Siamese multi-task training (universal representations): task mixing, sharding invariance, an end-to-end run."""
+import io
 import json
 import pathlib
 
@@ -6,10 +7,13 @@ import jax
 import numpy as np
 import pytest
 
+import docent_jax
 from docent_jax import parallel
+from docent_jax import predict
 from docent_jax import train
 from docent_jax.data.universal import sampling
 from docent_jax.evaluation import faq_retrieval
+from docent_jax.evaluation import pair_tasks
 import universal_fixtures
 
 
@@ -98,6 +102,15 @@ def test_training_reports_tasks_analogies_and_similarity_for_every_model(tiny_co
   # Candidates are made once, beside the TFDS data, and every model answers among them.
   assert sorted(p.name for p in (pathlib.Path(tiny_config.data.tfds_data_dir) / "analogy_candidates").iterdir()) == [
       "phrases_minilm-l6.json", "words_minilm-l6.json"]
+  # The loaded multi-task run's heads classify the held-out pairs as its evaluation did.
+  model = docent_jax.load(tmp_path / "universal_multitask")
+  sources = train.Trainer(tiny_config, "unused").objective.evaluation_data()
+  assert pair_tasks.classify_held_out_pairs(model, sources, "validation") == pytest.approx(
+      {key.removeprefix("universal_multitask/"): value for key, value in results.items()
+       if key.startswith("universal_multitask/validation/")}, abs=1e-6)
+  nli = sources.tasks["nli"]
+  logits = model.classify_pairs("nli", nli.first["validation"][:2], nli.second["validation"][:2])
+  assert logits.shape == (2, len(model.tasks["nli"]))
 
 
 @pytest.fixture(scope="module")
@@ -144,3 +157,14 @@ def test_faq_fine_tuning_reports_every_model_and_the_lexical_baselines(faq_confi
     assert results[f"faq_retrieved@seeds/test/{metric}_std"] == pytest.approx(np.std(per_seed, ddof=1))
   assert results["faq_retrieved@seeds/test/num_seeds"] == 2
   assert json.loads((tmp_path / "results.json").read_text()) == results
+  # A loaded FAQ run ranks the FAQ as its evaluation did, and answers questions from its own FAQ, data gone.
+  faq = train.Trainer(faq_config, "unused").objective.evaluation_data()
+  model = docent_jax.load(tmp_path / "faq_retrieved")
+  assert faq_retrieval.rank_faq(model, faq) == pytest.approx(
+      {key.removeprefix("faq_retrieved/"): value for key, value in results.items()
+       if key.startswith("faq_retrieved/test/")}, abs=1e-6)
+  output = io.StringIO()
+  predict.predict(model, "faq", io.StringIO(json.dumps({"query": faq.queries["test"][0]}) + "\n"), output, k=2)
+  answer = json.loads(output.getvalue())["results"]
+  assert [item["answer"] for item in answer] == [faq.answers[int(item["id"])] for item in answer]
+  assert answer[0]["score"] >= answer[1]["score"]

@@ -1,10 +1,10 @@
-"""Writes the entity embeddings of a trained workdir: DIR/<model>/embeddings.npy and entity_ids.txt.
+"""Writes the entity vectors of every run of a trained workdir: DIR/<model>/embeddings.npy and entity_ids.txt.
 
-  python tools/export_embeddings.py --config=configs/default.py --workdir=workdir/default
+  python tools/export_embeddings.py --workdir=workdir/default
 
-Restores each model's reported params (the best checkpoint where kept, else the latest; onto whatever
-devices this machine has) and encodes every entity of the config's dataset; nothing is trained.
-Runs without entity vectors (e.g. a pair classifier) are skipped. WORKDIR may be a gs:// path.
+Loads each run directory (`docent_jax.load`: the reported params, the best checkpoint where kept, onto whatever
+devices this machine has) and writes its `entities()`; nothing is trained and no data is read. Runs without an
+entity set (e.g. a pair classifier) are skipped. WORKDIR may be a gs:// path.
 """
 import pathlib
 import sys
@@ -14,35 +14,35 @@ from absl import flags
 from absl import logging
 from etils import epath
 import numpy as np
-from ml_collections import config_flags
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from docent_jax import train  # pylint: disable=g-import-not-at-top
+import docent_jax  # pylint: disable=g-import-not-at-top
+from docent_jax import checkpoints  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
   """The command line; defined only when run as a script, so one process can import several tools."""
-  config_flags.DEFINE_config_file("config", None, "The config the workdir was trained with.", lock_config=True)
-  flags.DEFINE_string("workdir", None, "A trained workdir.")
-  flags.mark_flags_as_required(["config", "workdir"])
+  flags.DEFINE_string("workdir", None, "A trained workdir (its run directories are exported).")
+  flags.mark_flags_as_required(["workdir"])
 
 
 def main(argv: list[str]) -> None:
   del argv
-  for model_config in train.model_configs(FLAGS.config):
-    directory = epath.Path(FLAGS.workdir) / model_config.name
-    trainer = train.Trainer(model_config, directory)
+  run_dirs = sorted(path for path in epath.Path(FLAGS.workdir).iterdir() if (path / checkpoints.MODEL_FILE).exists())
+  if not run_dirs:
+    raise app.UsageError(f"{FLAGS.workdir} holds no trained run directory (none has {checkpoints.MODEL_FILE}).")
+  for directory in run_dirs:
     try:
-      entity_ids, embeddings = trainer.objective.export_embeddings(trainer.restore_params()[0])
-    except NotImplementedError as error:
-      logging.info("Skipping %s: %s", model_config.name, error)
+      entity_ids, embeddings = docent_jax.load(directory).entities()
+    except (TypeError, ValueError) as error:
+      logging.info("Skipping %s: %s", directory.name, error)
       continue
     with (directory / "embeddings.npy").open("wb") as file:
       np.save(file, embeddings)
     (directory / "entity_ids.txt").write_text("\n".join(entity_ids) + "\n")
-    logging.info("Wrote %s embeddings of shape %s to %s.", model_config.name, embeddings.shape, directory)
+    logging.info("Wrote %s embeddings of shape %s to %s.", directory.name, embeddings.shape, directory)
 
 
 if __name__ == "__main__":

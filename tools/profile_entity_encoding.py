@@ -28,6 +28,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import bench_input_pipeline  # pylint: disable=g-import-not-at-top  # A tool beside this one.
 from docent_jax import parallel  # pylint: disable=g-import-not-at-top
 from docent_jax import train  # pylint: disable=g-import-not-at-top
+from docent_jax.models import blp_model  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
 
@@ -48,10 +49,15 @@ def profile(trainer: train.Trainer, entities: int, repeats: int) -> dict[str, An
     tokens = tokens[np.linspace(0, len(tokens) - 1, entities).round().astype(int)]
   params = trainer.initial_state().params
   options = dict(batch_size=config.eval.batch_size, mesh=trainer.mesh)
+  pad_id = objective.tokenizer.pad_token_id
+
+  def encode_entities(params: Any, tokens: jax.Array) -> jax.Array:  # One function object: one compile per shape.
+    return objective.module.apply({"params": params}, tokens, method=blp_model.BlpModel.encode)
+
   ways = {
-      "full_width": lambda: parallel.map_batches(objective.encode_entities, params, tokens, **options),
-      "length_buckets": lambda: parallel.map_token_batches(objective.encode_entities, params, tokens,
-                                                           pad_id=objective.pad_id, **options),
+      "full_width": lambda: parallel.map_batches(encode_entities, params, tokens, **options),
+      "length_buckets": lambda: parallel.map_token_batches(encode_entities, params, tokens, pad_id=pad_id,
+                                                           **options),
   }
   vectors = {name: encode() for name, encode in ways.items()}  # Compiles every shape.
   seconds = {name: [] for name in ways}
@@ -61,8 +67,8 @@ def profile(trainer: train.Trainer, entities: int, repeats: int) -> dict[str, An
       encode()
       seconds[name].append(time.perf_counter() - start)
   rates = {name: len(tokens) / statistics.median(times) for name, times in seconds.items()}
-  lengths = (tokens != objective.pad_id).sum(axis=1)
-  groups = parallel.length_buckets(tokens, objective.pad_id)
+  lengths = (tokens != pad_id).sum(axis=1)
+  groups = parallel.length_buckets(tokens, pad_id)
   bucketed = sum(bucket * len(rows) for bucket, rows in groups) / len(tokens)
   return {
       "entities": len(tokens), "max_len": tokens.shape[1],

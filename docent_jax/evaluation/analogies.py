@@ -27,7 +27,9 @@ Metric keys (`analogy_metrics`), for each level ('word', 'phrase', 'sentence'), 
 """
 from collections.abc import Iterator, Mapping, Sequence
 import dataclasses
+import functools
 import json
+from typing import Any
 
 from etils import epath
 import numpy as np
@@ -35,6 +37,9 @@ import numpy as np
 from docent_jax.data import fingerprint
 from docent_jax.data import io
 from docent_jax.data.universal import analogies as analogy_sets
+from docent_jax.data.universal import corpus as universal_corpus
+from docent_jax.evaluation import registry
+from docent_jax.inference import text_encoder
 
 NUM_CANDIDATES = 5
 WORD = "word"
@@ -44,6 +49,8 @@ BLOCK_SIZE = 2**23
 
 # Per question, its candidate answers (items, or their phrase or sentence versions), in order.
 Candidates = list[tuple[str, ...]]
+# Under the evaluation's directory (default: the sources' manual_dir): the analogy question sets.
+ANALOGY_FILES = {"words": "analogy/questions-words.txt", "phrases": "analogy/questions-phrases.txt"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,3 +299,58 @@ def _correctness(correct: np.ndarray | Sequence[bool], num_questions: int, level
 def _shares_solved(correct: np.ndarray, groups: Mapping[str, np.ndarray], level: str) -> dict[str, float]:
   """'<level>/<name>': the share of `correct` within each group (a mask over questions) that is not empty."""
   return {f"{level}/{name}": float(correct[mask].mean()) for name, mask in groups.items() if mask.any()}
+
+
+@dataclasses.dataclass(frozen=True)
+class QuestionSet:
+  """Questions, and the candidates every model answers among."""
+  questions: list[analogy_sets.AnalogyQuestion]
+  candidates: Candidates
+
+
+@functools.cache
+def question_sets(directory: epath.Path, candidates_dir: epath.Path, reference: str,
+                  tokenizer: str) -> dict[str, QuestionSet]:
+  """'word', 'phrase', 'sentence' (questions-words.txt and its aligned versions) and 'phrase_set'
+  (questions-phrases.txt), with candidates from `reference`'s word pieces, kept in `candidates_dir`."""
+  static = text_encoder.static_word_pieces(reference, tokenizer)
+
+  def candidates(name: str, questions: list[analogy_sets.AnalogyQuestion]) -> Candidates:
+    path = candidates_dir / f"{name}_{reference.replace('/', '_')}.json"
+    if path.exists():
+      return read_candidates(path, questions)
+    vocabulary = sorted({item for question in questions for item in question.items})
+    made = closed_vocabulary_candidates(questions, vocabulary, static.encode(vocabulary))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_candidates(path, questions, made)
+    return made
+
+  words = analogy_sets.read_analogies(directory / ANALOGY_FILES["words"])
+  aligned = analogy_sets.phrase_and_sentence_versions(words)
+  phrase_set = analogy_sets.read_analogies(directory / ANALOGY_FILES["phrases"])
+  word_candidates = candidates("words", words)
+  sets = {WORD: QuestionSet(words, word_candidates), "phrase_set": QuestionSet(phrase_set, candidates("phrases", phrase_set))}
+  for level, questions in (("phrase", aligned.phrases), ("sentence", aligned.sentences)):
+    sets[level] = QuestionSet(questions, level_candidates(words, questions, word_candidates, level))
+  return sets
+
+
+@registry.register("analogies")
+def solve_analogies(model: Any, sources: universal_corpus.EvaluationSources, directory: str = "",
+                    static: bool = False) -> dict[str, float]:
+  """`analogy_<level>/<metric>` (see the module docstring) at the word, phrase and sentence level, and
+  `analogy_phrase_set/<metric>` on Mikolov's phrase questions. `directory` holds ANALOGY_FILES (default the
+  sources' manual_dir); `static` answers with the reference's word-piece vectors instead of the model (the static
+  baseline)."""
+  sets = question_sets(epath.Path(directory or sources.manual_dir or ""), sources.candidates_dir, sources.reference,
+                       sources.tokenizer)
+  if static:
+    model = text_encoder.static_word_pieces(sources.reference, sources.tokenizer)
+  correct = {}
+  for level, question_set in sets.items():
+    texts = analogy_texts(question_set.questions, question_set.candidates)
+    correct[level] = solved(model.encode(texts.texts), texts)
+  phrase_set = correct.pop("phrase_set")
+  found = {**analogy_metrics(sets[WORD].questions, correct),
+           **level_accuracy(sets["phrase_set"].questions, phrase_set, "phrase_set")}
+  return {f"analogy_{key}": value for key, value in found.items()}

@@ -11,12 +11,15 @@ Test labels never seen in training cannot be predicted. Their examples stay in t
 count as errors, as in BLP), and their number is logged and returned.
 """
 from collections.abc import Sequence
+from typing import Any
 
 from absl import logging
 import numpy as np
 
+from docent_jax.data.kg import graph as knowledge_graph
 from docent_jax.evaluation import logistic_probe
 from docent_jax.evaluation import metrics
+from docent_jax.evaluation import registry
 
 BLP_C_VALUES = (1e4, 1e3, 1e2, 10.0, 1.0, 0.1)
 
@@ -80,3 +83,22 @@ def evaluate_entity_classification(train_x: np.ndarray, train_y: np.ndarray, dev
       "dev_unseen_labels": dev_unseen,
       "test_unseen_labels": test_unseen,
   }
+
+
+@registry.register("entity_classification")
+def classify_entities(model: Any, graph: knowledge_graph.KnowledgeGraph,
+                      c_values: Sequence[float] = BLP_C_VALUES) -> dict[str, float]:
+  """A text encoder's frozen vectors of `graph`'s entity descriptions, classified by a linear probe (see the module
+  docstring): `test/classification_<metric>` of the unseen test entities. A graph without classes reports nothing."""
+  labels = graph.entity_labels
+  if (labels < 0).all():
+    logging.info("%s has no entity classes; skipping entity classification.", graph.name)
+    return {}
+  embeddings = model.encode_set(graph.entity_texts)
+  parts = []
+  for split in ("train", "validation", "test"):
+    entities = graph.entity_split[split]
+    entities = entities[labels[entities] >= 0]
+    parts += [embeddings[entities], labels[entities]]
+  found = evaluate_entity_classification(*parts, c_values=tuple(c_values))
+  return {f"test/classification_{name}": value for name, value in found.items()}

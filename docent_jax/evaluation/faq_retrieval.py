@@ -15,12 +15,18 @@ Negatives for fine-tuning: `hard_negatives` are the top-scored wrong items of a 
 the top 4 of the pretrained encoder), `random_negatives` are drawn uniformly.
 """
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from sklearn.feature_extraction import text as sklearn_text
 
+from docent_jax.data.universal import corpus as universal_corpus
 from docent_jax.evaluation import bm25
 from docent_jax.evaluation import metrics
+from docent_jax.evaluation import registry
+
+# How an evaluation scores a query against a FAQ question: the model's encoder, or a lexical baseline.
+SCORERS = ("encoder", "tfidf", "bm25")
 
 
 def _check_scores(scores: np.ndarray | Sequence) -> np.ndarray:
@@ -117,3 +123,19 @@ def random_negatives(num_items: int, relevant: np.ndarray, k: int, rng: np.rando
   # item skipped.
   draws = np.argsort(rng.random((len(relevant), num_items - 1)), axis=1)[:, :k]
   return draws + (draws >= relevant[:, None])
+
+
+@registry.register("faq_retrieval")
+def rank_faq(model: Any, faq: universal_corpus.FaqSet, split: str = "test", scorer: str = "encoder") -> dict[str, float]:
+  """`<split>/top1` and `<split>/mrr` of ranking every FAQ question for each query of `split`: by the cosine of
+  the model's text vectors, or (`scorer` 'tfidf', 'bm25', untrained baselines) lexically, the model unused."""
+  if scorer not in SCORERS:
+    raise ValueError(f"Unknown FAQ scorer {scorer!r}; valid: {list(SCORERS)}.")
+  queries, questions = faq.queries[split], faq.questions
+  if scorer == "tfidf":
+    scores = tfidf_scores(queries, questions)
+  elif scorer == "bm25":
+    scores = bm25_scores(queries, questions)
+  else:
+    scores = cosine_scores(model.encode(queries), model.encode(questions))
+  return {f"{split}/{key}": value for key, value in retrieval_metrics(scores, faq.relevant[split]).items()}

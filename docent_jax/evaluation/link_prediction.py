@@ -22,6 +22,7 @@ no device holds all candidates, the [Q, N] scores or a gathered copy of a row-sh
 import dataclasses
 import functools
 import math
+from typing import Any
 
 from absl import logging
 import jax
@@ -32,7 +33,9 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 import numpy as np
 
 from docent_jax import parallel
+from docent_jax.data.kg import graph as knowledge_graph
 from docent_jax.evaluation import metrics
+from docent_jax.evaluation import registry
 from docent_jax.models import relations
 
 Array = jax.Array | np.ndarray
@@ -390,4 +393,32 @@ def evaluate_link_prediction(scoring_fn: relations.ScoringFunction | str, entity
     raise ValueError(f"No eval triple has a head or tail among the {len(candidates)} candidates.")
   results.update(metrics.ranking_metrics(ranks))
   results["num_queries"] = int(ranks.size)
+  return results
+
+
+@registry.register("link_prediction")
+def rank_split(model: Any, graph: knowledge_graph.KnowledgeGraph, split: str = "test") -> dict[str, float]:
+  """A link prediction model (`inference.link_prediction`) ranking the triples of `graph`'s `split`.
+
+  Filtered ranking among the entities known by then (validation: training and validation entities; test: all;
+  BLP's 'dynamic' setting, `<split>/mrr`, ...) and, where the split has its own unseen entities, among those only
+  ('transfer', `<split>/transfer_mrr`, ...). Entities are encoded from the graph's descriptions and relations
+  looked up by name, so the model may come from another run (an unknown relation is an error naming it).
+  """
+  # Laid out like the trainer's tables, so that each device ranks against its own rows.
+  embeddings = parallel.shard_rows(model.encode_set(graph.entity_texts), model.mesh)
+  relation_embeddings = model.relation_vectors(graph.relation_ids)
+  known = np.sort(np.concatenate([graph.entity_split["train"], graph.entity_split["validation"]]))
+  settings = {"": known if split == "validation" else np.arange(graph.num_entities),
+              "transfer_": graph.entity_split[split]}
+  if not len(settings["transfer_"]):
+    logging.log_first_n(logging.INFO, "%s: no %s entity is unseen in training (a transductive split); the transfer "
+                        "setting does not apply and is not reported.", 2, graph.name, split)
+    del settings["transfer_"]
+  results = {}
+  for prefix, candidates in settings.items():
+    found = evaluate_link_prediction(
+        model.scoring, embeddings, relation_embeddings, graph.triples[split], candidates, graph.all_triples(),
+        batch_size=model.config.eval.link_prediction_batch_size, mesh=model.mesh)
+    results.update({f"{split}/{prefix}{name}": value for name, value in found.items()})
   return results

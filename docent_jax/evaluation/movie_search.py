@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import dataclasses
 import functools
 import json
+from typing import Any
 
 from absl import logging
 from etils import epath
@@ -26,8 +27,13 @@ import numpy as np
 
 from docent_jax import parallel
 from docent_jax.data import io
+from docent_jax.data.reviews import corpus as review_corpus
+from docent_jax.evaluation import bm25
 from docent_jax.evaluation import metrics
+from docent_jax.evaluation import registry
 from docent_jax.evaluation import tag_prediction
+from docent_jax.inference import movies
+from docent_jax.models import tag_scorers
 
 
 class QueryFormatError(io.DataFormatError):
@@ -331,3 +337,65 @@ def search_by_vectors(query_vectors: np.ndarray | jax.Array, candidate_vectors: 
   result.update({f"search_recall@{k}": float(r) for k, r in zip(ks, np.concatenate(recalls).mean(axis=0))})
   result["search_num_queries"] = len(query_set)
   return result
+
+
+def search_tasks(corpus: review_corpus.ReviewCorpus, min_votes: int) -> dict[str, tuple[np.ndarray, QuerySet]]:
+  """Zero-shot search on tag queries, per split ('test': held-out movies, 'all': every movie).
+
+  Returns the ranked movies (entity indices) and the queries: each tag with a movie of the split
+  having at least `min_votes` votes for it; relevant = those movies. A split without such a tag (e.g.
+  a corpus without tags.tsv) has no search task; the reason is logged.
+  """
+  tasks = {}
+  for split, movie_rows in (("test", corpus.entity_split["test"]), ("all", np.arange(corpus.num_entities))):
+    votes = corpus.tag_votes[movie_rows].toarray()
+    tags = np.flatnonzero((votes >= min_votes).any(axis=0))
+    if not len(tags):
+      logging.log_first_n(logging.WARNING, "%s: no tag has a %s movie with %d votes (%d tags in all); search on "
+                          "%s movies is skipped.", 4, corpus.name, split, min_votes, len(corpus.tags), split)
+      continue
+    tasks[split] = (movie_rows, tag_query_set(corpus.tags, votes, tags, min_votes=min_votes))
+  return tasks
+
+
+@registry.register("movie_search")
+def search_movies(model: Any, data: review_corpus.ReviewEvaluation) -> dict[str, float]:
+  """Zero-shot movie search with tag queries (`search_tasks`) by a DOCENT model's scores of its movies (P(e | query)):
+  `test/` and `all/` movies."""
+  _, table = model.entities()
+  results = {}
+  for split, (movie_rows, queries) in search_tasks(data.corpus, data.search_min_votes).items():
+    found = search_by_vectors(model.encode(queries.queries), table[movie_rows], queries, mesh=model.mesh)
+    results.update({f"{split}/{k}": v for k, v in found.items()})
+  return results
+
+
+@registry.register("bm25_search")
+def search_movies_by_bm25(model: Any, data: review_corpus.ReviewEvaluation) -> dict[str, float]:
+  """The BM25 baseline of movie search: each movie a document of its reviews (the model is not used)."""
+  del model
+  documents = data.corpus.documents()
+  results = {}
+  for split, (movie_rows, queries) in search_tasks(data.corpus, data.search_min_votes).items():
+    index = bm25.BM25Index([documents[m] for m in movie_rows])
+    results.update({f"{split}/{k}": v for k, v in evaluate_search(index.scores(queries.queries), queries).items()})
+  return results
+
+
+@registry.register("bos_search")
+def search_movies_by_sentences(model: Any, data: review_corpus.ReviewEvaluation) -> dict[str, float]:
+  """The bag-of-sentences baseline of movie search: a movie scores the highest cosine of the query with one of
+  `bos_sentences_per_movie` of its review sentences, all encoded by the model's untrained (pretrained) encoder."""
+  corpus = data.corpus
+  encoder = movies.pretrained_sentence_encoder(model.config, data.bos_pooling, model.mesh)
+  sampled = tag_scorers.subsample_per_entity(corpus.sentence_entity, np.arange(corpus.num_entities),
+                                             data.bos_sentences_per_movie, data.seed)
+  sentence_vectors = encoder.encode([corpus.sentences[i] for i in sampled])
+  sentence_entity = corpus.sentence_entity[sampled]
+  results = {}
+  for split, (movie_rows, queries) in search_tasks(corpus, data.search_min_votes).items():
+    kept = np.isin(sentence_entity, movie_rows)
+    scores = bag_of_sentences_search_scores(encoder.encode(queries.queries), sentence_vectors[kept],
+                                            np.searchsorted(movie_rows, sentence_entity[kept]), len(movie_rows))
+    results.update({f"{split}/{k}": v for k, v in evaluate_search(scores, queries).items()})
+  return results

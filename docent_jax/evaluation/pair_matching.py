@@ -10,12 +10,15 @@ Classifiers whose encoder is trained run through the trainer (`objectives.pair_m
 """
 from collections.abc import Mapping, Sequence
 import dataclasses
+from typing import Any
 
 from absl import logging
 import numpy as np
 
+from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.evaluation import logistic_probe
 from docent_jax.evaluation import metrics
+from docent_jax.evaluation import registry
 
 # Inverse regularisation strengths tried by the probe, chosen by validation F1.
 PROBE_C_VALUES = (0.01, 0.1, 1.0, 10.0, 100.0)
@@ -108,3 +111,41 @@ def fit_linear_probe(offer_vectors: np.ndarray, pairs: Mapping[str, np.ndarray],
   regression = model[-1]
   return LinearProbe(weights=regression.coef_[0].astype(np.float32), bias=float(regression.intercept_[0]), c=c,
                      metrics=scores)
+
+
+def offer_vectors(model: Any, corpus: offer_corpus.OfferCorpus) -> np.ndarray:
+  """[num_offers, d] the model's vectors of the corpus's offers (zeros for offers in no labelled pair)."""
+  used = np.unique(np.concatenate([p[:, :2].ravel() for p in corpus.pairs.values()]))
+  vectors = model.encode_set([corpus.texts[i] for i in used])
+  table = np.zeros((corpus.num_offers, vectors.shape[1]), np.float32)
+  table[used] = vectors
+  return table
+
+
+def linear_probe(model: Any, corpus: offer_corpus.OfferCorpus,
+                 c_values: Sequence[float] = PROBE_C_VALUES) -> LinearProbe:
+  """`fit_linear_probe` on the model's offer vectors, fit once per params (the evaluator and a fine-tuning run whose
+  head starts from it share it)."""
+  return model.computed(("linear_probe", corpus.name, tuple(c_values)),
+                        lambda: fit_linear_probe(offer_vectors(model, corpus), corpus.pairs, c_values=c_values))
+
+
+@registry.register("pair_probe")
+def probe_frozen_encoder(model: Any, corpus: offer_corpus.OfferCorpus,
+                         c_values: Sequence[float] = PROBE_C_VALUES) -> dict[str, float]:
+  """The frozen encoder's pair classifier (a logistic regression on its offer vectors): `<split>/{precision, recall,
+  f1, loss}` on validation and test, and the C it chose on validation (`validation/probe_c`)."""
+  probe = linear_probe(model, corpus, c_values)
+  results = {"validation/probe_c": probe.c}
+  for split in ("validation", "test"):
+    results.update({f"{split}/{k}": v for k, v in probe.metrics[split].items()})
+  return results
+
+
+@registry.register("pair_matching")
+def classify_pairs(model: Any, corpus: offer_corpus.OfferCorpus, split: str = "test") -> dict[str, float]:
+  """`<split>/{precision, recall, f1, loss}` of a pair classifier (`inference.pair_matching`) on the split's
+  labelled pairs."""
+  pairs = corpus.pairs[split]
+  logits = model.match_logits([corpus.texts[i] for i in pairs[:, 0]], [corpus.texts[i] for i in pairs[:, 1]])
+  return {f"{split}/{k}": v for k, v in match_metrics(logits, pairs[:, 2]).items()}

@@ -5,11 +5,20 @@ human-rated sample: `docent_jax.data.universal.phrases.read_ppdb_sample`). A zer
 anything. The correlation is NaN when either side is constant (a model mapping every phrase to one vector).
 """
 from collections.abc import Sequence
+from typing import Any
 
+from etils import epath
 import numpy as np
 import scipy.stats
 
+from docent_jax.data.universal import corpus as universal_corpus
+from docent_jax.data.universal import phrases
 from docent_jax.evaluation import analogies
+from docent_jax.evaluation import registry
+from docent_jax.inference import text_encoder
+
+# Under the evaluation's directory (default: the sources' manual_dir): the PPDB pairs rated by people.
+PPDB_SAMPLE_FILE = "ppdb/ppdb-sample.tsv"
 
 
 def phrase_similarity(first: np.ndarray, second: np.ndarray,
@@ -30,3 +39,17 @@ def phrase_similarity(first: np.ndarray, second: np.ndarray,
     raise ValueError("Human scores hold NaN or infinite values.")
   cosines = np.sum(first * second, axis=1)
   return {"spearman": float(scipy.stats.spearmanr(cosines, human_scores).statistic)}
+
+
+@registry.register("phrase_similarity")
+def rate_phrase_pairs(model: Any, sources: universal_corpus.EvaluationSources, directory: str = "",
+                      static: bool = False) -> dict[str, float]:
+  """`ppdb_sample/spearman`: Spearman correlation of cos(u, v) with the human ratings of PPDB_SAMPLE_FILE (under
+  `directory`, default the sources' manual_dir); `static`: of the reference's word-piece vectors instead."""
+  pairs = phrases.read_ppdb_sample(epath.Path(directory or sources.manual_dir or "") / PPDB_SAMPLE_FILE)
+  if static:
+    model = text_encoder.static_word_pieces(sources.reference, sources.tokenizer)
+  vectors = model.encode([pair.phrase1 for pair in pairs] + [pair.phrase2 for pair in pairs])
+  scores = np.array([pair.score for pair in pairs])
+  found = phrase_similarity(vectors[:len(pairs)], vectors[len(pairs):], scores)
+  return {f"ppdb_sample/{key}": value for key, value in found.items()}

@@ -12,18 +12,25 @@ Protocol (Zemlyanskiy et al., EACL 2021):
     a model trained on the training tags is scored on the held-out ones. `auc_curve` repeats this
     for several training fractions.
 
-Evaluators take score matrices, never models, so the same code scores every objective and the
-non-neural baselines here: global tag popularity, TF-IDF of the tag words in a movie's reviews,
-and bag-of-sentences (the mean of sentence-level predictions).
+The metrics take score matrices, so the same code scores every model (`tag_prediction`: a fine-tuned tag scorer,
+`inference.movies.TagModel`) and the non-neural baselines (`top_tags`: global tag popularity, `tfidf_tags`: TF-IDF
+of the tag words in a movie's reviews); bag of sentences is the mean of sentence-level predictions.
 """
 from collections.abc import Callable, Mapping, Sequence
+import dataclasses
+from typing import Any
 
 from absl import logging
 import numpy as np
 import scipy.sparse
 from sklearn.feature_extraction import text as sklearn_text
 
+from docent_jax.data.reviews import corpus as review_corpus
 from docent_jax.evaluation import metrics
+from docent_jax.evaluation import registry
+
+# Reported cut-offs of P@k and NDCG@k: enough for a curve, few enough to read.
+KS = (1, 5, 10, 20)
 
 # Words of one character or more ("a", "3d"), unlike scikit-learn's default of two or more.
 _WORD_PATTERN = r"(?u)\b\w+\b"
@@ -220,3 +227,101 @@ def auc_curve(evaluate: Callable[[np.ndarray, np.ndarray], Mapping[str, float]],
     curve[float(fraction)] = result
     logging.info("Tag vocabulary fraction %.2f: %s", fraction, result)
   return curve
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelSet:
+  """Texts of the labels of one task and their [E, T] int votes; positive at `vote_threshold` votes."""
+  name: str
+  texts: list[str]
+  votes: np.ndarray
+  vote_threshold: int
+
+
+def _evaluable(votes: np.ndarray, label_set: LabelSet) -> bool:
+  """Whether some movie has both a positive and a negative label (else no metric is defined; logged)."""
+  labels = votes >= label_set.vote_threshold
+  if (labels.any(axis=1) & (~labels).any(axis=1)).any():
+    return True
+  logging.warning("Tag prediction (%s): none of %d movies has both a label with >= %d votes and one without; "
+                  "nothing to evaluate.", label_set.name, len(votes), label_set.vote_threshold)
+  return False
+
+
+def evaluate_label_scores(scores: np.ndarray, label_set: LabelSet, movies: np.ndarray,
+                          tags: np.ndarray | None = None) -> dict[str, float | int]:
+  """Tag-prediction metrics of [len(movies), len(tags)] scores (tags: all by default).
+
+  P@k and NDCG@k are reported for k in `KS`. When no movie has both a positive and a negative
+  label, the result is only {'num_entities': 0}.
+  """
+  votes = label_set.votes[movies] if tags is None else label_set.votes[np.ix_(movies, tags)]
+  if not _evaluable(votes, label_set):
+    return {"num_entities": 0}
+  return evaluate_tag_predictions(scores, votes, vote_threshold=label_set.vote_threshold, ks=KS)
+
+
+def label_sets(corpus: review_corpus.ReviewCorpus, tag_vote_threshold: int) -> list[LabelSet]:
+  """MovieLens tags (votes; positive at `tag_vote_threshold`) and genres (one vote each), those the corpus has."""
+  sets = [LabelSet("tags", list(corpus.tags), corpus.tag_votes.toarray(), tag_vote_threshold),
+          LabelSet("genres", list(corpus.genres), corpus.genre_labels.astype(np.int32), 1)]
+  return [label_set for label_set in sets if label_set.texts]
+
+
+# Open-vocabulary runs report fewer numbers: the ones of the paper's curve.
+OPEN_VOCABULARY_METRICS = ("map", "auc", "p@5", "ndcg@10", "num_entities")
+
+
+@dataclasses.dataclass(frozen=True)
+class TagTask:
+  """One tag-prediction task of a fine-tuning run: a label set, the labels it scores (all, or the held-out ones
+  of an open vocabulary) and the items of the held-out movies (movies, or their sampled sentences)."""
+  label_set: LabelSet
+  eval_tags: np.ndarray
+  num_train_tags: int
+  vocabulary_fraction: float
+  test_items: np.ndarray  # Rows of the model's item vectors.
+  test_entity: np.ndarray  # The movie of each test item.
+
+
+@registry.register("tag_prediction")
+def predict_tags(model: Any, task: TagTask) -> dict[str, float]:
+  """A tag scorer's predictions for the held-out movies (a movie's scores: its item's, or the mean of its
+  sentences'): `test/<label set>_<metric>`, or `test/<label set>_open<fraction>_<metric>` for an open vocabulary."""
+  item_scores = model.tag_scores(task.test_items, [task.label_set.texts[t] for t in task.eval_tags])
+  movies = np.unique(task.test_entity)
+  scores = bag_of_sentences_scores(item_scores, np.searchsorted(movies, task.test_entity), len(movies))
+  found = evaluate_label_scores(scores, task.label_set, movies, task.eval_tags)
+  name = task.label_set.name
+  if task.vocabulary_fraction >= 1.0:
+    return {f"test/{name}_{k}": v for k, v in found.items()}
+  found = {k: v for k, v in found.items() if k in OPEN_VOCABULARY_METRICS}
+  found.update(num_train_tags=task.num_train_tags, num_heldout_tags=len(task.eval_tags))
+  return {f"test/{name}_open{task.vocabulary_fraction:g}_{k}": v for k, v in found.items()}
+
+
+def _baseline(data: review_corpus.ReviewEvaluation,
+              scores_of: Callable[[LabelSet, np.ndarray, np.ndarray], np.ndarray]) -> dict[str, float]:
+  corpus = data.corpus
+  train_movies, test_movies = corpus.entity_split["train"], corpus.entity_split["test"]
+  results = {}
+  for label_set in label_sets(corpus, data.tag_vote_threshold):
+    found = evaluate_label_scores(scores_of(label_set, train_movies, test_movies), label_set, test_movies)
+    results.update({f"test/{label_set.name}_{k}": v for k, v in found.items()})
+  return results
+
+
+@registry.register("top_tags")
+def predict_popular_tags(model: Any, data: review_corpus.ReviewEvaluation) -> dict[str, float]:
+  """Baseline: every held-out movie gets the labels most often positive among the training movies."""
+  del model
+  return _baseline(data, lambda labels, train, test: top_tags_scores(labels.votes[train], len(test),
+                                                                      labels.vote_threshold))
+
+
+@registry.register("tfidf_tags")
+def predict_tags_by_tfidf(model: Any, data: review_corpus.ReviewEvaluation) -> dict[str, float]:
+  """Baseline: a label's TF-IDF weight in a movie's reviews (IDF over every movie's reviews; no labels used)."""
+  del model
+  texts = data.corpus.documents()
+  return _baseline(data, lambda labels, train, test: tfidf_tag_scores(texts, labels.texts)[test])

@@ -1,7 +1,5 @@
 """BLP's model: a text encoder for entity descriptions and a table of relation embeddings, scored by a KG
 scoring function. Built from a config alone, so that training and a loaded run build the same model."""
-from typing import Any
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -36,14 +34,14 @@ def encoder_path(config: ml_collections.ConfigDict) -> tuple[str, ...]:
 
 
 def create(config: ml_collections.ConfigDict, vocab_size: int,
-           num_relations: int) -> tuple[BlpModel, relations.ScoringFunction, dict[str, Any] | None]:
-  """The model of a BLP config over `num_relations` relations, its scoring function and the pretrained BERT's
-  params (None for a fresh BERT)."""
+           num_relations: int) -> tuple[BlpModel, relations.ScoringFunction]:
+  """The model of a BLP config over `num_relations` relations and its scoring function (no weights are read:
+  the pretrained encoder's are `pretrained.load_model_bert`'s)."""
   scoring = relations.get_scoring_function(config.model.scoring)
-  bert_config, bert_params = pretrained.load_model_bert(config.model, vocab_size)
+  bert_config = pretrained.model_bert_config(config.model, vocab_size)
   model = BlpModel(
       encoder=text_encoders.create_encoder(config.model.encoder, bert_config, config.model.dim,
                                            jnp.dtype(config.model.dtype)),
       num_relations=num_relations,
       relation_dim=scoring.relation_dim(text_encoders.output_dim(config.model.dim, bert_config)))
-  return model, scoring, bert_params
+  return model, scoring

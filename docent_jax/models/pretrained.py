@@ -164,6 +164,17 @@ def _flat_shapes(module: Any, *args: Any) -> dict[tuple[str, ...], Any]:
   return {tuple(k.key for k in path): leaf for path, leaf in flat}
 
 
+def load_bert_config(name_or_path: str) -> bert.BertConfig:
+  """The config of a Hugging Face-format BERT or RoBERTa (its config.json), without its weights."""
+  config_path = resolve_model_dir(name_or_path) / "config.json"
+  if not config_path.is_file():
+    raise FileNotFoundError(f"{config_path.parent} has no config.json.")
+  try:
+    return bert.BertConfig.from_hf_dict(json.loads(config_path.read_text()))
+  except (json.JSONDecodeError, TypeError, ValueError) as e:
+    raise ValueError(f"{config_path}: not a usable BERT or RoBERTa config: {e}") from e
+
+
 def load_bert(name_or_path: str) -> tuple[bert.BertConfig, dict[str, Any]]:
   """Config and float32 numpy params of a Hugging Face-format BERT or RoBERTa (config.json's model_type).
 
@@ -172,13 +183,7 @@ def load_bert(name_or_path: str) -> tuple[bert.BertConfig, dict[str, Any]]:
   under `MLM_HEAD_KEY`.
   """
   model_dir = resolve_model_dir(name_or_path)
-  config_path = model_dir / "config.json"
-  if not config_path.is_file():
-    raise FileNotFoundError(f"{model_dir} has no config.json.")
-  try:
-    config = bert.BertConfig.from_hf_dict(json.loads(config_path.read_text()))
-  except (json.JSONDecodeError, TypeError, ValueError) as e:
-    raise ValueError(f"{config_path}: not a usable BERT or RoBERTa config: {e}") from e
+  config = load_bert_config(name_or_path)
   state, source = _read_state_dict(model_dir)
   state = _canonical_names(state, config.model_type)
 
@@ -270,6 +275,17 @@ def load_model_bert(model_config: ml_collections.ConfigDict,
   return dataclasses.replace(config, remat=model_config.get("remat", False)), params
 
 
+def model_bert_config(model_config: ml_collections.ConfigDict, vocab_size: int) -> bert.BertConfig:
+  """The BERT config `load_model_bert` gives, without reading weights: what a trained run's model is built
+  from (its params come from its checkpoint)."""
+  if model_config.pretrained:
+    config = load_bert_config(model_config.pretrained)
+    config = dataclasses.replace(config, vocab_size=max(vocab_size, config.vocab_size))
+  else:
+    config = bert.BertConfig.from_hf_dict({"vocab_size": vocab_size, **model_config.bert.to_dict()})
+  return dataclasses.replace(config, remat=model_config.get("remat", False))
+
+
 def load_or_create_bert(name_or_path: str, fresh_config: dict[str, Any],
                         vocab_size: int) -> tuple[bert.BertConfig, dict[str, Any] | None]:
   """The pretrained BERT `name_or_path` with its params or, when it is '', a fresh config and no params.
@@ -287,3 +303,12 @@ def load_or_create_bert(name_or_path: str, fresh_config: dict[str, Any],
       return grow_vocabulary(config, params, vocab_size)
     return config, params
   return bert.BertConfig.from_hf_dict({"vocab_size": vocab_size, **fresh_config}), None
+
+
+def pretrained_or_fixed_bert(bert_params: dict[str, Any] | None, config: bert.BertConfig, seed: int) -> dict[str, Any]:
+  """`bert_params` (a pretrained BERT's, without its masked-LM head) or, when there are none, a fixed random BERT
+  of `config` seeded by `seed`: the untrained encoder of baselines and of entity rows' initialisation."""
+  if bert_params is not None:
+    return {key: value for key, value in bert_params.items() if key != MLM_HEAD_KEY}
+  tokens = jnp.zeros((1, 2), jnp.int32)
+  return nn.unbox(bert.BertModel(config, add_pooler=False).init(jax.random.key(seed), tokens, tokens)["params"])

@@ -1,7 +1,8 @@
-"""What the trainer needs from a method: parameters, a loss and training batches.
+"""What the trainer needs from a method: parameters, a loss and training batches, and the model protocol.
 
-What a run reports comes from the evaluators its config lists (`config.evals`, see `evaluators`),
-which read the objective's data and forward functions.
+What a run reports comes from the evaluators its config lists (`config.evals`, see `evaluation.registry`):
+each takes the objective's model over the params being evaluated (`model(params)`, an
+`inference.protocol.Model`) and its evaluation data (`evaluation_data()`).
 """
 import abc
 from typing import Any
@@ -9,7 +10,8 @@ from typing import Any
 import jax
 from jax.sharding import Mesh
 import ml_collections
-import numpy as np
+
+from docent_jax.inference.protocol import Model
 
 
 class SkipRun(Exception):
@@ -28,12 +30,14 @@ class Objective(abc.ABC):
   # Where the text encoder's params sit in the params tree, so that a run can start from the encoder of
   # another objective's run (`model_init`), wherever that one keeps it.
   encoder_path: tuple[str, ...] = ("bert",)
+  # The model protocol's class for this objective's runs (`inference/`).
+  model_class: type[Model]
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     self.config = config
     self.mesh = mesh
-    self.parent: tuple["Objective", Any] | None = None
-    self.evaluate_only = False  # The parent's params are evaluated as they are (transfer evaluation).
+    self.parent: Model | None = None
+    self._model: Model | None = None  # Built once; `model(params)` gives it other params.
 
   @abc.abstractmethod
   def init_variables(self, rng: jax.Array) -> Any:
@@ -48,17 +52,29 @@ class Objective(abc.ABC):
     """A partial params tree that overwrites the fresh initialisation; empty by default."""
     return {}
 
-  def start_from(self, parent: Any, parent_params: Any, evaluate_only: bool = False) -> None:
-    """Called before training or evaluation when the config names `model_init`: the objective (or loaded
-    model) and params of the run this one starts from. The trainer starts from the parent's encoder (at
-    `parent.encoder_path`) and from every other param it has in the same place and shape
-    (`params_from_parent`). `evaluate_only`: the params are evaluated on this run's data, not trained."""
-    self.parent = (parent, parent_params)
-    self.evaluate_only = evaluate_only
+  def start_from(self, parent: Model) -> None:
+    """Called before training when the config names `model_init`: the model of the run this one starts from.
+    The trainer starts from the parent's encoder (at `parent.encoder_path`) and from every other param it has
+    in the same place and shape (`params_from_parent`)."""
+    self.parent = parent
 
   def params_from_parent(self) -> Any:
     """The parent's params as this objective may take them (by default all of them)."""
-    return self.parent[1]
+    return self.parent.params
+
+  def model(self, params: Any) -> Model:
+    """The model protocol over `params`: what evaluators, `docent_jax.load` and `predict` use."""
+    if self._model is None:
+      self._model = self.create_model()
+    return self._model.with_params(params)
+
+  def create_model(self) -> Model:
+    """This objective's model (`model_class`), built once, sharing the objective's tokenizer and mesh."""
+    return self.model_class(self.config, self.inference_record(), mesh=self.mesh, tokenizer=self.tokenizer)
+
+  @abc.abstractmethod
+  def evaluation_data(self) -> Any:
+    """What this objective's evaluators read besides the model (a knowledge graph, a corpus, ...)."""
 
   @abc.abstractmethod
   def data_fingerprint(self) -> dict[str, int | str]:
@@ -72,15 +88,7 @@ class Objective(abc.ABC):
   def train_batches(self, seed: int) -> Any:
     """A grain loader whose iterator yields this process's part of each batch, with saveable state."""
 
-  def inference_record(self) -> dict[str, Any] | None:
+  @abc.abstractmethod
+  def inference_record(self) -> dict[str, Any]:
     """What a trained run needs besides its config and params to be loaded without its data (entity ids and
-    texts, relation names), as JSON; None where the objective has no loadable model yet."""
-    return None
-
-  def baselines(self) -> dict[str, float]:
-    """Metrics of untrained baselines on the same evaluation, keyed `<baseline>/<split>/<metric>`."""
-    return {}
-
-  def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:
-    """Entity ids and their vectors, in the same order."""
-    raise NotImplementedError(f"{type(self).__name__} has no entity vectors to export.")
+    texts, relation names), as JSON (`model.json`)."""

@@ -7,7 +7,7 @@ entities (the entity part computed shard by shard over the row-sharded entity ta
 Loss = L_E (masked entities) + `loss.mlm_weight` * L_MLM (masked word pieces). Evaluation:
 zero-shot movie search by P(e | query) from `[CLS] [MASK] [SEP] query [SEP]`, and tag prediction on
 the held-out movies by a binary classifier on [CLS] of `[CLS] e [SEP] tag [SEP]`, fine-tuned with the
-entity rows fixed (`tag_classifier`).
+entity rows fixed (`models.tag_scorers`).
 """
 from typing import Any
 
@@ -20,11 +20,9 @@ import numpy as np
 import scipy.sparse
 
 from docent_jax import losses
-from docent_jax import parallel
-from docent_jax.data import tokenization
 from docent_jax.data.reviews import corpus as review_corpus
 from docent_jax.data.reviews import pipeline as review_pipeline
-from docent_jax.evaluation import movie_search
+from docent_jax.inference import movies
 from docent_jax.models import bert
 from docent_jax.models import docent_full
 from docent_jax.models import masking
@@ -37,8 +35,10 @@ def max_predictions(length: int, rate: float) -> int:
   return masking.max_predictions(length, rate, max_maskable=length - docent_full.SENTENCE_START - 1)
 
 
-class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
+class DocentFullObjective(base.Objective):
   """Masked prediction of word pieces and entity tokens; zero-shot search and tag prediction evaluation."""
+
+  model_class = movies.FullMovieModel
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)
@@ -52,8 +52,8 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
         config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
     self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
-    self.model = docent_full.DocentFull(self.bert_config, num_entities=self.corpus.num_entities,
-                                        dtype=jnp.dtype(config.model.dtype))
+    self.module = docent_full.DocentFull(self.bert_config, num_entities=self.corpus.num_entities,
+                                         dtype=jnp.dtype(config.model.dtype))
     tokenizer = self.tokenizer
     self.special_ids = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
                         "mask": tokenizer.mask_token_id, "pad": tokenizer.pad_token_id}
@@ -65,7 +65,7 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
     length = self.config.data.max_len
     tokens = jnp.zeros((1, length), jnp.int32)
     ids = jnp.zeros((1,), jnp.int32)
-    return self.model.init(rng, tokens, tokens, tokens, ids, jnp.ones((1,), bool), jnp.zeros((1, 1), jnp.int32)
+    return self.module.init(rng, tokens, tokens, tokens, ids, jnp.ones((1,), bool), jnp.zeros((1, 1), jnp.int32)
                            )["params"]
 
   def pretrained_params(self) -> dict[str, Any]:
@@ -78,7 +78,7 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
         params["mlm_head"] = head
     if self.config.model.entity_init == "sentence_mean":
       # Without a pretrained BERT the model starts from the fixed random one whose words place the rows.
-      params.setdefault("bert", self._pretrained_bert())
+      params.setdefault("bert", pretrained.pretrained_or_fixed_bert(None, self.bert_config, self.config.seed))
       params["entities"] = {"embedding": self.sentence_mean_entities(
           np.asarray(bert.word_embedding_matrix(params["bert"])))}
     return params
@@ -93,7 +93,7 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
     row that the head ranks by how well its predicted words fit the entity's reviews.
     """
     corpus = self.corpus
-    sampled, tokens = self._entity_init_sentences()
+    sampled, tokens = docent_dual.entity_init_sentences(corpus, self.tokenizer, self.config)
     sentence, position = np.nonzero(~np.isin(tokens, list(self.special_ids.values())))
     words = tokens[sentence, position]
     vocab_size = len(word_table)
@@ -153,10 +153,10 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
     inputs = self.corrupt(batch["tokens"], mask_rng)
     entity_positions = jnp.full((len(batch["entity"]), 1), docent_full.ENTITY_POSITION, jnp.int32)
     positions = jnp.concatenate([entity_positions, inputs["word_positions"]], axis=1)
-    outputs = self.model.apply(
+    outputs = self.module.apply(
         {"params": params}, inputs["tokens"], inputs["token_types"], inputs["attention_mask"], batch["entity"],
         inputs["entity_visible"], positions, deterministic=False, rngs={"dropout": dropout_rng})
-    word_table, word_bias, entity_table = self.model.apply(
+    word_table, word_bias, entity_table = self.module.apply(
         {"params": params}, method=docent_full.DocentFull.output_tables)
     vocab_size, dim = word_table.shape
     split_softmax = lambda hidden, labels, mask: losses.split_softmax_loss(
@@ -177,33 +177,9 @@ class DocentFullObjective(docent_dual.ReviewBaselines, base.Objective):
         "num_masked_words": jnp.sum(inputs["word_mask"]),
     }
 
-  def query_states(self, params: Any, texts: list[str]) -> np.ndarray:
-    """Output states at the masked entity position of `[CLS] [MASK] [SEP] text [SEP]`: [T, hidden]. Their
-    products with the entity output table are the logits over entities."""
-    sentence_tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
-    return parallel.map_batches(self._masked_entity_states, params, sentence_tokens,
-                                batch_size=self.config.eval.batch_size, mesh=self.mesh)
+  def inference_record(self) -> dict[str, Any]:
+    return {"entity_ids": list(self.corpus.entity_ids), "titles": list(self.corpus.titles)}
 
-  def _masked_entity_states(self, params: Any, sentences: jax.Array) -> jax.Array:
-    tokens, token_types = self.layout(sentences)
-    batch = len(tokens)
-    hidden = self.model.apply(
-        {"params": params}, tokens, token_types, (tokens != self.special_ids["pad"]).astype(jnp.int32),
-        jnp.zeros((batch,), jnp.int32), jnp.zeros((batch,), bool),
-        jnp.full((batch, 1), docent_full.ENTITY_POSITION, jnp.int32))
-    return hidden[:, 0].astype(jnp.float32)
 
-  def export_embeddings(self, params: Any) -> tuple[list[str], np.ndarray]:
-    _, _, table = self.model.apply({"params": params}, method=docent_full.DocentFull.output_tables)
-    return self.corpus.entity_ids, parallel.fetch(table)
-
-  def search(self, params: Any) -> dict[str, float]:
-    """Zero-shot movie search on the tag queries of the evaluated movies, by P(e | query)."""
-    _, table = self.export_embeddings(params)
-    results = {}
-    for split, (movies, queries) in docent_dual.search_tasks(self.corpus, self.config.eval.search_min_votes).items():
-      # The softmax's normaliser is shared by all entities, so logits rank like P(e | query).
-      metrics = movie_search.search_by_vectors(self.query_states(params, queries.queries), table[movies], queries,
-                                               mesh=self.mesh)
-      results.update({f"{split}/{k}": v for k, v in metrics.items()})
-    return results
+  def evaluation_data(self) -> review_corpus.ReviewEvaluation:
+    return docent_dual.review_evaluation(self.corpus, self.config)

@@ -30,15 +30,15 @@ class DocentHybridObjective(docent_dual.DocentDualObjective):
     super().__init__(config, mesh)
     if not 0.0 < config.loss.mlm_rate <= 1.0:
       raise ValueError(f"loss.mlm_rate must be in (0, 1]; got {config.loss.mlm_rate}.")
-    dual = self.model
-    self.model = hybrid_encoder.HybridEncoder(
+    dual = self.module
+    self.module = hybrid_encoder.HybridEncoder(
         dual.config, num_entities=dual.num_entities, initial_scale=dual.initial_scale,
         learn_scale=dual.learn_scale, dtype=dual.dtype)
     self._special_ids = np.array(sorted(self.tokenizer.all_special_ids), np.int32)
 
   def init_variables(self, rng: jax.Array) -> Any:
     tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
-    return self.model.init(rng, tokens, jnp.zeros((1,), jnp.int32),
+    return self.module.init(rng, tokens, jnp.zeros((1,), jnp.int32),
                            method=hybrid_encoder.HybridEncoder.init_all)["params"]
 
   def mask_batch(self, tokens: jax.Array, rng: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
@@ -51,7 +51,7 @@ class DocentHybridObjective(docent_dual.DocentDualObjective):
     maskable = ~jnp.isin(tokens, jnp.asarray(self._special_ids))
     corrupted, labels, chosen = masking.mask_tokens(
         mask_rng, tokens, maskable, rate=self.config.loss.mlm_rate, mask_id=self.tokenizer.mask_token_id,
-        vocab_size=self.model.config.vocab_size)
+        vocab_size=self.module.config.vocab_size)
     length = tokens.shape[1]
     num_predictions = masking.max_predictions(length, self.config.loss.mlm_rate, max_maskable=length - 2)
     corrupted, positions, predicted = masking.cap_predictions(cap_rng, tokens, corrupted, chosen, num_predictions)
@@ -62,7 +62,7 @@ class DocentHybridObjective(docent_dual.DocentDualObjective):
     """L_MLM|e: cross-entropy of the masked word pieces given the corrupted sentence and g(e)."""
     mask_rng, dropout_rng = jax.random.split(rng)
     tokens, positions, labels, predicted = self.mask_batch(batch["tokens"], mask_rng)
-    logits = self.model.apply({"params": params}, tokens, batch["entity"], positions, deterministic=False,
+    logits = self.module.apply({"params": params}, tokens, batch["entity"], positions, deterministic=False,
                               rngs={"dropout": dropout_rng}, method=hybrid_encoder.HybridEncoder.masked_lm_logits)
     return losses.masked_lm_loss(logits, labels, predicted)
 

@@ -8,8 +8,8 @@ Li & Zhao's retrieval-based negatives; 'random' draws them uniformly with the ru
 starts from the pretrained one, or from another run's (`model_init`, e.g. the multi-task model: the
 paper's multi-task-then-FAQ recipe).
 
-The `faq_retrieval` evaluator ranks every FAQ question for each query of a split: `<split>/top1` and
-`<split>/mrr`, by the encoder, or by the lexical baselines (`scorer='tfidf'` or `'bm25'`).
+The `faq_retrieval` evaluator (`evaluation/`) ranks every FAQ question for each query of a split: `<split>/top1`
+and `<split>/mrr`, by the encoder, or by the lexical baselines (`scorer='tfidf'` or `'bm25'`).
 """
 from collections.abc import Callable
 from typing import Any
@@ -22,22 +22,23 @@ import ml_collections
 import numpy as np
 import optax
 
-from docent_jax import evaluators
 from docent_jax import parallel
 from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.data.universal import corpus as universal_corpus
 from docent_jax.evaluation import faq_retrieval
+from docent_jax.inference import text_encoder
 from docent_jax.models import bert
 from docent_jax.models import pretrained
 from docent_jax.objectives import base
 
 NEGATIVES = ("retrieved", "random")
-SCORERS = ("encoder", "tfidf", "bm25")
 
 
 class FaqRetrievalObjective(base.Objective):
   """Fine-tuning of a text encoder for FAQ retrieval; see the module docstring."""
+
+  model_class = text_encoder.FaqModel
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)
@@ -116,20 +117,10 @@ class FaqRetrievalObjective(base.Objective):
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.zeros(rows, jnp.int32)).mean()
     return loss, {"loss": loss, "accuracy": jnp.mean(logits.argmax(-1) == 0)}
 
+  def inference_record(self) -> dict[str, Any]:
+    return {"entity_ids": [str(i) for i in range(len(self.faq.questions))], "entity_texts": list(self.faq.questions),
+            "answers": list(self.faq.answers)}
 
-@evaluators.register("faq_retrieval")
-def evaluate_faq_retrieval(objective: FaqRetrievalObjective, params: Any, split: str = "test",
-                           scorer: str = "encoder") -> dict[str, float]:
-  """`<split>/top1` and `<split>/mrr` of ranking every FAQ question for each query of `split`."""
-  if scorer not in SCORERS:
-    raise ValueError(f"Unknown FAQ scorer {scorer!r}; valid: {list(SCORERS)}.")
-  queries, questions = objective.faq.queries[split], objective.faq.questions
-  if scorer == "tfidf":
-    scores = faq_retrieval.tfidf_scores(queries, questions)
-  elif scorer == "bm25":
-    scores = faq_retrieval.bm25_scores(queries, questions)
-  else:
-    scores = faq_retrieval.cosine_scores(objective.vectors(params, objective.query_tokens[split]),
-                                         objective.vectors(params, objective.question_tokens))
-  metrics = faq_retrieval.retrieval_metrics(scores, objective.faq.relevant[split])
-  return {f"{split}/{key}": value for key, value in metrics.items()}
+
+  def evaluation_data(self) -> universal_corpus.FaqSet:
+    return self.faq

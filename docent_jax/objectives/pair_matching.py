@@ -7,8 +7,9 @@
   * `cross_encoder`: BERT over `[CLS] a [SEP] b [SEP]` and the same head, from the pretrained BERT:
     the baseline without contrastive pre-training.
 Both train on the labelled training pairs with binary cross-entropy (batches reshuffled each epoch)
-and are scored by the `pair_matching` evaluator of this module on a split's pairs.
+and are scored by the `pair_matching` evaluator (`evaluation/pair_matching`) on a split's pairs.
 """
+import dataclasses
 from typing import Any
 
 import jax
@@ -18,13 +19,11 @@ import ml_collections
 import numpy as np
 import optax
 
-from docent_jax import evaluators
-from docent_jax import parallel
 from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.data.offers import corpus as offer_corpus
-from docent_jax.data.offers import files as offer_files
 from docent_jax.evaluation import pair_matching
+from docent_jax.inference import pair_matching as pair_matching_model
 from docent_jax.models import pair_classifier
 from docent_jax.models import pretrained
 from docent_jax.objectives import base
@@ -34,6 +33,8 @@ HEAD_INITS = ("fresh", "probe")
 
 class PairMatchingObjective(base.Objective):
   """A bi-encoder pair classifier, fine-tuned from the encoder of the run it starts from."""
+
+  model_class = pair_matching_model.PairMatchingModel
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)
@@ -47,12 +48,12 @@ class PairMatchingObjective(base.Objective):
         f"the best step (eval.best_metric {best_metric})" if best_metric.startswith(f"{split}/") else "")
         for split, p in self.corpus.pairs.items()}
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
-                                               extra_special_tokens=(offer_files.COL_TOKEN, offer_files.VAL_TOKEN))
+                                               extra_special_tokens=pair_matching_model.OFFER_TOKENS)
     self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, len(self.tokenizer))
-    self.model = self.create_model()
+    self.module = self.create_module()
     self.inputs = self.pair_inputs()
 
-  def create_model(self) -> Any:
+  def create_module(self) -> Any:
     return pair_classifier.PairClassifier(self.bert_config, dtype=jnp.dtype(self.config.model.dtype),
                                           pad_token_id=self.tokenizer.pad_token_id)
 
@@ -65,7 +66,7 @@ class PairMatchingObjective(base.Objective):
     return self.corpus.fingerprint()
 
   def init_variables(self, rng: jax.Array) -> Any:
-    return self.model.init(rng, jnp.zeros((1, 2, self.config.data.max_len), jnp.int32))["params"]
+    return self.module.init(rng, jnp.zeros((1, 2, self.config.data.max_len), jnp.int32))["params"]
 
   def pretrained_params(self) -> dict[str, Any]:
     """A fresh head's bias (`fresh_head`); the encoder is the parent run's (`model_init`, taken by the trainer)."""
@@ -75,16 +76,17 @@ class PairMatchingObjective(base.Objective):
     return {"head": self.fresh_head()}
 
   def params_from_parent(self) -> Any:
-    """The parent's params and, with `head_init = 'probe'`, a head at the parent's linear probe."""
-    parent, parent_params = self.parent
+    """The parent's params and, with `head_init = 'probe'`, a head at the linear probe of the parent's offer vectors
+    on this run's pairs (the `pair_probe` evaluator's fit, when it evaluated the parent)."""
     if self.config.model.get("head_init", "fresh") != "probe":
-      return parent_params
-    if not hasattr(parent, "linear_probe"):
-      raise ValueError(f"config.model.head_init = 'probe': the model_init run ({type(parent).__name__}) has no "
-                       "linear probe; use head_init 'fresh'.")
-    probe = parent.linear_probe(parent_params)
+      return self.parent.params
+    try:
+      probe = pair_matching.linear_probe(self.parent, self.corpus)
+    except TypeError as error:
+      raise ValueError(f"config.model.head_init = 'probe': the model_init run has no offer vectors to probe "
+                       f"({error}); use head_init 'fresh'.") from None
     head = {"output": {"kernel": probe.weights[:, None], "bias": np.array([probe.bias], np.float32)}}
-    return {**parent_params, "head": head}
+    return {**self.parent.params, "head": head}
 
   def fresh_head(self) -> dict[str, Any]:
     """A fresh head's bias: the log-odds of a match among the training pairs (add-one smoothed); its kernel
@@ -106,24 +108,23 @@ class PairMatchingObjective(base.Objective):
                                     seed=seed)
 
   def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
-    logits = self.model.apply({"params": params}, batch["inputs"], deterministic=False, rngs={"dropout": rng})
+    logits = self.module.apply({"params": params}, batch["inputs"], deterministic=False, rngs={"dropout": rng})
     labels = batch["label"].astype(jnp.float32)
     loss = optax.sigmoid_binary_cross_entropy(logits, labels).mean()
     return loss, {"loss": loss, "accuracy": jnp.mean((logits > 0) == (labels > 0))}
 
-  def logits(self, params: Any, split: str) -> np.ndarray:
-    """[m] logits of the split's pairs."""
-    return parallel.map_batches(self._logits, params, self.inputs[split], batch_size=self.config.eval.batch_size,
-                                mesh=self.mesh, what="pairs")
+  def inference_record(self) -> dict[str, Any]:
+    return {"special_tokens": list(pair_matching_model.OFFER_TOKENS)}
 
-  def _logits(self, params: Any, inputs: jax.Array) -> jax.Array:
-    return self.model.apply({"params": params}, inputs)
+
+  def evaluation_data(self) -> offer_corpus.OfferCorpus:
+    return dataclasses.replace(self.corpus, pairs=self.pairs)
 
 
 class CrossEncoderObjective(PairMatchingObjective):
   """A cross-encoder pair classifier from the pretrained BERT (no contrastive pre-training)."""
 
-  def create_model(self) -> Any:
+  def create_module(self) -> Any:
     return pair_classifier.CrossEncoder(self.bert_config, dtype=jnp.dtype(self.config.model.dtype),
                                         pad_token_id=self.tokenizer.pad_token_id)
 
@@ -140,10 +141,3 @@ class CrossEncoderObjective(PairMatchingObjective):
     if self._bert_params is not None:
       params["bert"] = self._bert_params
     return params
-
-
-@evaluators.register("pair_matching")
-def evaluate_pair_matching(objective: PairMatchingObjective, params: Any, split: str = "test") -> dict[str, float]:
-  """`<split>/{precision, recall, f1, loss}` of the classifier on the split's labelled pairs."""
-  metrics = pair_matching.match_metrics(objective.logits(params, split), objective.pairs[split][:, 2])
-  return {f"{split}/{k}": v for k, v in metrics.items()}

@@ -9,7 +9,7 @@ Two steps over the offers of a matching dataset:
      and augmentation). Batches come from one source-aware sampled dataset each, or from all
      offers (`data.source_aware = False`, the paper's ablation).
   2. A pair classifier over [u, v, |u - v|, u * v] on the labelled pairs: with the pre-trained
-     encoder frozen, the `pair_probe` evaluator of this module (a logistic regression); with it
+     encoder frozen, the `pair_probe` evaluator (`evaluation/pair_matching`, a logistic regression); with it
      trained, a fine-tuning run of `objectives.pair_matching` that starts from this model's params.
 """
 from typing import Any
@@ -21,15 +21,12 @@ from jax.sharding import Mesh
 import ml_collections
 import numpy as np
 
-from docent_jax import evaluators
 from docent_jax import losses
-from docent_jax import parallel
-from docent_jax.data import tokenization
 from docent_jax.data.offers import corpus as offer_corpus
-from docent_jax.data.offers import files as offer_files
 from docent_jax.data.offers import labels as offer_labels
 from docent_jax.data.offers import sampling as offer_sampling
-from docent_jax.evaluation import pair_matching
+from docent_jax.inference import pair_matching as pair_matching_model
+from docent_jax.inference import text_encoder
 from docent_jax.models import bert
 from docent_jax.models import pretrained
 from docent_jax.objectives import base
@@ -65,6 +62,8 @@ def offer_labels_of(corpus: offer_corpus.OfferCorpus, kind: str, *, fraction: fl
 class SupconObjective(base.Objective):
   """Contrastive pre-training of the offer encoder (mean-pooled BERT)."""
 
+  model_class = text_encoder.TextEncoderModel
+
   rows_per_example = 2  # Each anchor is followed by its partner.
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
@@ -72,12 +71,11 @@ class SupconObjective(base.Objective):
     self.corpus = offer_corpus.load_offer_corpus(config.data.dataset, data_dir=config.data.tfds_data_dir,
                                                  manual_dir=config.data.manual_dir)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
-                                               extra_special_tokens=(offer_files.COL_TOKEN, offer_files.VAL_TOKEN))
+                                               extra_special_tokens=pair_matching_model.OFFER_TOKENS)
     self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, len(self.tokenizer))
     self.encoder = bert.BertModel(self.bert_config, dtype=jnp.dtype(config.model.dtype), add_pooler=False)
     self.labels = offer_labels_of(self.corpus, config.loss.labels, fraction=config.loss.correspondence_fraction,
                                   seed=config.seed)
-    self._probe = None
 
   def data_fingerprint(self) -> dict[str, int | str]:
     return self.corpus.fingerprint()
@@ -108,36 +106,9 @@ class SupconObjective(base.Objective):
     loss, metrics = losses.supcon_loss(vectors, batch["label"], self.config.loss.temperature)
     return loss, {**metrics, "loss": loss}
 
-  def offer_vectors(self, params: Any) -> np.ndarray:
-    """[num_offers, d] vectors of every offer (zeros for offers in no labelled pair), batched over the mesh."""
-    used = np.unique(np.concatenate([p[:, :2].ravel() for p in self.corpus.pairs.values()]))
-    tokens = tokenization.tokenize_texts(self.tokenizer, [self.corpus.texts[i] for i in used],
-                                         self.config.data.max_len)
-    vectors = parallel.map_batches(self.encode, params, tokens, batch_size=self.config.eval.batch_size,
-                                   mesh=self.mesh, what="offers")
-    table = np.zeros((self.corpus.num_offers, vectors.shape[1]), np.float32)
-    table[used] = vectors
-    return table
-
-  def linear_probe(self, params: Any, c_values: tuple[float, ...] = pair_matching.PROBE_C_VALUES
-                   ) -> pair_matching.LinearProbe:
-    """A logistic regression on the pair features of the frozen encoder's offer vectors.
-
-    Kept for the last params: the evaluator and a fine-tuning run whose head starts from it share one fit.
-    """
-    if self._probe is None or self._probe[0] is not params or self._probe[1] != tuple(c_values):
-      probe = pair_matching.fit_linear_probe(self.offer_vectors(params), self.corpus.pairs, c_values=c_values)
-      self._probe = (params, tuple(c_values), probe)
-    return self._probe[2]
+  def inference_record(self) -> dict[str, Any]:
+    return {"special_tokens": list(pair_matching_model.OFFER_TOKENS)}
 
 
-@evaluators.register("pair_probe")
-def evaluate_pair_probe(objective: SupconObjective, params: Any,
-                        c_values: tuple[float, ...] = pair_matching.PROBE_C_VALUES) -> dict[str, float]:
-  """The frozen encoder's pair classifier (a logistic regression): `<split>/{precision, recall, f1, loss}`
-  on validation and test, and the C it chose on validation (`validation/probe_c`)."""
-  probe = objective.linear_probe(params, tuple(c_values))
-  results = {"validation/probe_c": probe.c}
-  for split in ("validation", "test"):
-    results.update({f"{split}/{k}": v for k, v in probe.metrics[split].items()})
-  return results
+  def evaluation_data(self) -> offer_corpus.OfferCorpus:
+    return self.corpus

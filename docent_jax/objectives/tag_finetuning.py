@@ -10,7 +10,7 @@ encoder's pooled vectors; a movie's scores are the mean of its sentences'; no `m
   * 'dual' (DUAL, HYBRID): score(e, t) = g(e) . f(t), f the mean-pooled BERT fine-tuned from the
     model's sentence encoder, a vote-weighted softmax over sampled candidate tags;
   * 'pair_classifier' (FULL): a logistic head on [CLS] of `[CLS] e [SEP] tag [SEP]`, BERT fine-tuned
-    from the model's, the entity rows fixed inputs (`evaluation.tag_classifier`).
+    from the model's, the entity rows fixed inputs (`models.tag_scorers`).
 Each step samples training movies and candidate tags (seeded by the step, so a resumed run draws the
 same steps). The `tag_prediction` evaluator scores the held-out movies: `test/<task>_<metric>`.
 """
@@ -24,28 +24,26 @@ from jax.sharding import Mesh
 import ml_collections
 import numpy as np
 
-from docent_jax import evaluators
 from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.data.reviews import corpus as review_corpus
-from docent_jax.evaluation import tag_classifier
-from docent_jax.evaluation import tag_finetuning
 from docent_jax.evaluation import tag_prediction
+from docent_jax.inference import movies
 from docent_jax.models import bert
 from docent_jax.models import docent_full
 from docent_jax.models import pretrained
+from docent_jax.models import tag_scorers
 from docent_jax.objectives import base
-from docent_jax.objectives import docent_dual
 
 SCORERS = ("dual", "pair_classifier")
 ITEMS = ("entities", "sentences")
 LABEL_SETS = ("tags", "genres")
-# Open-vocabulary runs report fewer numbers: the ones of the paper's curve.
-OPEN_VOCABULARY_METRICS = ("map", "auc", "p@5", "ndcg@10", "num_entities")
 
 
 class TagFinetuningObjective(base.Objective):
   """Fits a tag scorer to the known labels of the training movies, their entity vectors frozen."""
+
+  model_class = movies.TagModel
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)
@@ -62,36 +60,36 @@ class TagFinetuningObjective(base.Objective):
       raise ValueError(f"tags.vocabulary_fraction must be in (0, 1]; got {task.vocabulary_fraction}.")
     self.corpus = review_corpus.load_review_corpus(
         config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
-    self.label_set = {s.name: s for s in docent_dual.label_sets(self.corpus, config.eval.tag_vote_threshold)
-                      }[task.label_set]
-    num_labels = len(self.label_set.texts)
-    if not num_labels:
+    found = {s.name: s for s in tag_prediction.label_sets(self.corpus, config.eval.tag_vote_threshold)}
+    if task.label_set not in found:
       raise base.SkipRun(f"{self.corpus.name} has no {task.label_set}.")
+    self.label_set = found[task.label_set]
+    num_labels = len(self.label_set.texts)
     if task.vocabulary_fraction < 1.0:
       self.train_tags, self.eval_tags = tag_prediction.split_tag_vocabulary(num_labels, task.vocabulary_fraction,
                                                                             config.seed)
     else:
       self.train_tags = self.eval_tags = np.arange(num_labels)
-    self.options = tag_finetuning.step_options(config.eval)
+    self.options = tag_scorers.step_options(config.eval)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
     self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
     texts = self.label_set.texts
-    self.train_tokens = tag_finetuning.label_tokens(self.tokenizer, [texts[t] for t in self.train_tags],
+    self.train_tokens = tag_scorers.label_tokens(self.tokenizer, [texts[t] for t in self.train_tags],
                                                     config.data.max_len)
-    self.eval_tokens = tag_finetuning.label_tokens(self.tokenizer, [texts[t] for t in self.eval_tags],
+    self.eval_tokens = tag_scorers.label_tokens(self.tokenizer, [texts[t] for t in self.eval_tags],
                                                    config.data.max_len)
     # Items: the movies, or (BoS-BERT) sampled sentences; `*_entity` maps each item to its movie.
-    movies = self.corpus.entity_split
+    movie_split = self.corpus.entity_split
     if task.get("items", "entities") == "sentences":
       corpus = self.corpus
-      self.sentences = tag_finetuning.subsample_per_entity(
+      self.sentences = tag_scorers.subsample_per_entity(
           corpus.sentence_entity, np.arange(corpus.num_entities), config.eval.bos_sentences_per_movie, config.seed)
       sentence_entity = corpus.sentence_entity[self.sentences]
-      self.train_items, self.test_items = (np.flatnonzero(np.isin(sentence_entity, movies[split]))
+      self.train_items, self.test_items = (np.flatnonzero(np.isin(sentence_entity, movie_split[split]))
                                            for split in ("train", "test"))
       self.train_entity, self.test_entity = sentence_entity[self.train_items], sentence_entity[self.test_items]
     else:
-      self.train_items, self.test_items = movies["train"], movies["test"]
+      self.train_items, self.test_items = movie_split["train"], movie_split["test"]
       self.train_entity, self.test_entity = self.train_items, self.test_items
     self.train_votes = self.label_set.votes[np.ix_(self.train_entity, self.train_tags)]
     labelled = self.train_votes.any(axis=1)
@@ -103,20 +101,20 @@ class TagFinetuningObjective(base.Objective):
     self.item_vectors: np.ndarray | None = None
     self.encoder_path = () if task.scorer == "dual" else ("bert",)  # The dual scorer's params are its BERT.
 
-  def _scorer(self, name: str) -> tag_finetuning.TagScorer:
+  def _scorer(self, name: str) -> tag_scorers.TagScorer:
     encoder = bert.BertModel(self.bert_config, add_pooler=False)
     if name == "dual":
-      return tag_finetuning.DualScorer(encoder)
+      return tag_scorers.DualScorer(encoder)
     tokenizer = self.tokenizer
     model = docent_full.DocentFull(self.bert_config, num_entities=self.corpus.num_entities)
-    return tag_classifier.PairClassifierScorer(model, slot_id=tokenizer.mask_token_id, sep_id=tokenizer.sep_token_id,
-                                               pad_id=tokenizer.pad_token_id, batch_size=self.config.eval.batch_size,
-                                               mesh=self.mesh)
+    return tag_scorers.PairClassifierScorer(model, slot_id=tokenizer.mask_token_id, sep_id=tokenizer.sep_token_id,
+                                            pad_id=tokenizer.pad_token_id, batch_size=self.config.eval.batch_size,
+                                            mesh=self.mesh)
 
-  def start_from(self, parent: base.Objective, parent_params: Any, evaluate_only: bool = False) -> None:
+  def start_from(self, parent: Any) -> None:
     """Takes the DOCENT model's entity vectors (frozen inputs) and its BERT (what the scorer fine-tunes)."""
-    super().start_from(parent, parent_params, evaluate_only)
-    _, self.item_vectors = parent.export_embeddings(parent_params)
+    super().start_from(parent)
+    _, self.item_vectors = parent.entities()
 
   def data_fingerprint(self) -> dict[str, int | str]:
     return self.corpus.fingerprint()
@@ -131,7 +129,7 @@ class TagFinetuningObjective(base.Objective):
                                           "bias": jnp.zeros((), jnp.float32)}}
 
   def _pretrained_bert(self) -> Any:
-    return docent_dual.pretrained_or_fixed_bert(self._bert_params, self.bert_config, self.config)
+    return pretrained.pretrained_or_fixed_bert(self._bert_params, self.bert_config, self.config.seed)
 
   def pretrained_params(self) -> dict[str, Any]:
     """For sentence items, the pretrained BERT; for entity items nothing: the scorer fine-tunes the DOCENT
@@ -152,7 +150,7 @@ class TagFinetuningObjective(base.Objective):
       corpus, evaluation = self.corpus, self.config.eval
       tokens = tokenization.tokenize_texts(self.tokenizer, [corpus.sentences[i] for i in self.sentences],
                                            self.config.data.max_len)
-      self.item_vectors = tag_finetuning.encode_texts(
+      self.item_vectors = tag_scorers.encode_texts(
           bert.BertModel(self.bert_config, add_pooler=False), self._pretrained_bert(), tokens,
           evaluation.bos_pooling, batch_size=evaluation.batch_size, mesh=self.mesh)
     return np.asarray(self.item_vectors, np.float32)
@@ -179,24 +177,17 @@ class TagFinetuningObjective(base.Objective):
                             self.options.vote_weighting)
     return loss, {"loss": loss}
 
-  def evaluate(self, params: Any) -> dict[str, float]:
-    """Metrics of the held-out movies' scores on the evaluated labels, keyed `test/<task>_<metric>`."""
-    item_scores = self.scorer.scores(params, self._vectors()[self.test_items], self.eval_tokens)
-    # One item per movie gives the movie's own scores; several sentences give their mean.
-    movies = np.unique(self.test_entity)
-    scores = tag_prediction.bag_of_sentences_scores(item_scores, np.searchsorted(movies, self.test_entity),
-                                                    len(movies))
-    metrics = tag_finetuning.evaluate_label_scores(scores, self.label_set, movies, self.eval_tags)
-    task = self.config.tags
-    if task.vocabulary_fraction >= 1.0:
-      return {f"test/{task.label_set}_{k}": v for k, v in metrics.items()}
-    prefix = f"test/{task.label_set}_open{task.vocabulary_fraction:g}"
-    metrics = {k: v for k, v in metrics.items() if k in OPEN_VOCABULARY_METRICS}
-    metrics.update(num_train_tags=len(self.train_tags), num_heldout_tags=len(self.eval_tags))
-    return {f"{prefix}_{k}": v for k, v in metrics.items()}
+  def inference_record(self) -> dict[str, Any]:
+    """The movie of each item (its row of the item vectors)."""
+    ids = self.corpus.entity_ids
+    if self.config.tags.get("items", "entities") == "sentences":
+      return {"entity_ids": [ids[e] for e in self.corpus.sentence_entity[self.sentences]]}
+    return {"entity_ids": list(ids)}
 
+  def create_model(self) -> movies.TagModel:
+    return movies.TagModel(self.config, self.inference_record(), mesh=self.mesh, scorer=self.scorer,
+                           item_vectors=self._vectors(), tokenizer=self.tokenizer)
 
-@evaluators.register("tag_prediction")
-def evaluate_tag_prediction(objective: TagFinetuningObjective, params: Any) -> dict[str, float]:
-  """Tag (or genre) prediction on the held-out movies with the fine-tuned scorer."""
-  return objective.evaluate(params)
+  def evaluation_data(self) -> tag_prediction.TagTask:
+    return tag_prediction.TagTask(self.label_set, self.eval_tags, len(self.train_tags),
+                                  self.config.tags.vocabulary_fraction, self.test_items, self.test_entity)

@@ -52,6 +52,13 @@ class ReviewCorpus:
   sentence_source: Any
   dropped: dict[str, int]
 
+  def documents(self) -> list[str]:
+    """Per entity, its sentences joined into one text (the lexical baselines' documents)."""
+    sentences = [[] for _ in range(self.num_entities)]
+    for sentence, entity in zip(self.sentences, self.sentence_entity):
+      sentences[entity].append(sentence)
+    return [" ".join(texts) for texts in sentences]
+
   @property
   def num_entities(self) -> int:
     return len(self.entity_ids)
@@ -68,6 +75,17 @@ class ReviewCorpus:
   @property
   def num_reviews(self) -> int:
     return int(self.sentence_review.max()) + 1 if len(self.sentence_review) else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ReviewEvaluation:
+  """A review corpus with the settings of DOCENT's evaluations of it (a config's `eval` block)."""
+  corpus: ReviewCorpus
+  search_min_votes: int  # Votes that make a movie relevant to a tag query.
+  tag_vote_threshold: int  # Votes that make a tag positive for a movie.
+  bos_sentences_per_movie: int  # Sentences per movie of the bag-of-sentences baselines, sampled with `seed`.
+  bos_pooling: str  # How the baselines' pretrained encoder pools a sentence: 'mean' or 'cls'.
+  seed: int
 
 
 def make_builder(dataset: str, *, data_dir: epath.PathLike | None = None,

@@ -52,6 +52,24 @@ class PairTask:
                                      for part in (self.first, self.second, self.labels))])}
 
 
+@dataclasses.dataclass(frozen=True)
+class EvaluationSources:
+  """What the universal-representation evaluators read besides the model.
+
+  Attributes:
+    tasks: the trained pair tasks (their held-out pairs).
+    manual_dir: the directory of the analogy question files and the rated PPDB sample.
+    candidates_dir: where the analogy candidates are kept once made.
+    reference: the pretrained model whose word pieces choose the analogy candidates (and are the static baseline).
+    tokenizer: the tokenizer of the reference's word pieces.
+  """
+  tasks: dict[str, PairTask]
+  manual_dir: str
+  candidates_dir: epath.Path
+  reference: str
+  tokenizer: str
+
+
 Columns = tuple[list[str], list[str], np.ndarray]  # First texts, second texts, labels.
 
 

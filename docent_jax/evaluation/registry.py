@@ -1,10 +1,11 @@
 """Evaluators registered by name; a config lists the ones a run reports in `config.evals`.
 
-An evaluator is a function `(objective, params, **options) -> {'<split>/<metric>': number}`: the
-objective holds the run's data and its model's forward functions (encode entities, score pairs),
-the evaluator turns params into metrics with the pure functions of `evaluation/`. Objective modules
-register their evaluators; the trainer runs the ones a config lists, every `every_steps` steps
-(TensorBoard, best checkpoint) and at the end on the reported params (results.json):
+An evaluator is a function `(model, data, **options) -> {'<split>/<metric>': number}`: `model` is the model
+protocol (`inference.protocol.Model`: encode texts, entities, task heads) over the params being evaluated, and
+`data` the run's evaluation data (its objective's `evaluation_data()`: a knowledge graph, a review corpus, ...).
+Each module of `evaluation/` registers its evaluators with `@register`; none knows objectives or trainers. The
+trainer runs the ones a config lists, every `every_steps` steps (TensorBoard, best checkpoint) and at the end
+on the reported params (results.json):
 
   config.evals = {
       "validation": dict(type="link_prediction", split="validation", every_steps=100),
@@ -13,10 +14,14 @@ register their evaluators; the trainer runs the ones a config lists, every `ever
 
 (`configs/common.evaluator` builds such entries.)
 
-`report_as` names the model a metric is reported under in results.json (default: the run's name).
+`report_as` names the model a metric is reported under in results.json (default: the run's name); `baseline`
+marks an evaluator of an untrained baseline (`configs/common.baseline`), left out when another run is evaluated
+on the config's data.
 """
 from collections.abc import Callable
 import dataclasses
+import importlib
+import pkgutil
 import time
 from typing import Any
 
@@ -26,7 +31,7 @@ import ml_collections
 Evaluator = Callable[..., dict[str, float]]
 _REGISTRY: dict[str, Evaluator] = {}
 # Keys of an entry of `config.evals` that are not options of its evaluator.
-ENTRY_KEYS = ("type", "every_steps", "report_as")
+ENTRY_KEYS = ("type", "every_steps", "report_as", "baseline")
 
 
 def register(name: str) -> Callable[[Evaluator], Evaluator]:
@@ -42,6 +47,10 @@ def register(name: str) -> Callable[[Evaluator], Evaluator]:
 
 
 def registered() -> list[str]:
+  """The names of every evaluator of `evaluation/` (its modules are imported on first use)."""
+  package = importlib.import_module(__package__)
+  for module in pkgutil.iter_modules(package.__path__):
+    importlib.import_module(f"{__package__}.{module.name}")  # Cached after the first time.
   return sorted(_REGISTRY)
 
 
@@ -58,9 +67,9 @@ class EvalSpec:
     """Periodic evaluators run every `every_steps` steps and at the last step."""
     return self.every_steps > 0 and (step % self.every_steps == 0 or step == last_step)
 
-  def run(self, objective: Any, params: Any) -> dict[str, float]:
+  def run(self, model: Any, data: Any) -> dict[str, float]:
     started = time.time()
-    metrics = _REGISTRY[self.type](objective, params, **self.options)
+    metrics = _REGISTRY[self.type](model, data, **self.options)
     logging.debug("Evaluator %s (%s): %.1f s.", self.name, self.type, time.time() - started)
     return {key: float(value) for key, value in metrics.items()}
 
@@ -71,7 +80,7 @@ def specs(config: ml_collections.ConfigDict) -> list[EvalSpec]:
   for name, entry in config.get("evals", {}).items():
     entry = entry.to_dict() if isinstance(entry, ml_collections.ConfigDict) else dict(entry)
     kind = entry.get("type", name)
-    if kind not in _REGISTRY:
+    if kind not in registered():
       raise ValueError(f"config.evals.{name}.type: unknown evaluator {kind!r}; registered: {registered()}.")
     every_steps = int(entry.get("every_steps", 0))
     if every_steps < 0:

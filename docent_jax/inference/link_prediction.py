@@ -1,0 +1,67 @@
+"""BLP's model: an entity encoder over descriptions, relation embeddings and the scoring function."""
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from docent_jax import parallel
+from docent_jax.data import tokenization
+from docent_jax.inference import protocol
+from docent_jax.models import blp_model
+from docent_jax.models import pretrained
+
+
+class LinkPredictionModel(protocol.Model):
+  """Encodes entity descriptions; scores triples; completes (description, relation) with the model's entities.
+
+  The record holds the run's entities (`entity_ids`, `entity_texts`) and its relation names (`relation_ids`),
+  in the order of the relation table.
+  """
+
+  def __init__(self, *args: Any, tokenizer: Any = None, **kwargs: Any):
+    super().__init__(*args, **kwargs)
+    self.tokenizer = tokenizer or pretrained.load_tokenizer(self.config.model.tokenizer)
+    self.relation_ids: list[str] = list(self.record["relation_ids"])
+    self.module, self.scoring = blp_model.create(self.config, self.tokenizer.vocab_size, len(self.relation_ids))
+    self.encoder_path = blp_model.encoder_path(self.config)
+    self._encode_tokens_fn = self._encode_tokens  # Bound once: copies (`with_params`) share its compilations.
+
+  def _encode(self, texts: list[str]) -> np.ndarray:
+    if self.config.data.get("drop_stopwords", False):
+      texts = tokenization.without_stopwords(texts)
+    tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
+    return parallel.map_token_batches(self._encode_tokens_fn, self.params, tokens, pad_id=self.tokenizer.pad_token_id,
+                                      batch_size=self.config.eval.batch_size, mesh=self.mesh, what="texts")
+
+  def _encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:
+    return self.module.apply({"params": params}, tokens, method=blp_model.BlpModel.encode)
+
+  def relation_vectors(self, names: Sequence[str]) -> np.ndarray:
+    """[n, dr] embeddings of relations by name; an unknown name is an error naming it."""
+    rows = {name: row for row, name in enumerate(self.relation_ids)}
+    missing = sorted({name for name in names if name not in rows})
+    if missing:
+      raise KeyError(f"{self.name} has no relation {', '.join(map(repr, missing[:5]))} ({len(missing)} missing; "
+                     f"it has {len(self.relation_ids)}, e.g. {self.relation_ids[:3]}).")
+    table = parallel.fetch(self.params["relations"]["embedding"])
+    return table[[rows[name] for name in names]]
+
+  def score(self, heads: Sequence[str], relations: Sequence[str], tails: Sequence[str]) -> np.ndarray:
+    """[n] scores of triples given as (head text, relation name, tail text); higher is more plausible."""
+    return np.asarray(self.scoring.score(jnp.asarray(self.encode(heads)), jnp.asarray(self.relation_vectors(relations)),
+                                         jnp.asarray(self.encode(tails))))
+
+  def predict(self, texts: Sequence[str], relations: Sequence[str], k: int = 10,
+              tails: bool = True) -> protocol.Ranking:
+    """For each (entity description, relation name), the `k` entities of the model's set that best complete the
+    triple: its tails (`tails`), else its heads."""
+    ids, vectors = self.entities()
+    queries, relation = jnp.asarray(self.encode(texts)), jnp.asarray(self.relation_vectors(relations))
+    candidates = jnp.asarray(vectors)
+    scores = (self.scoring.score_tails(queries, relation, candidates) if tails else
+              self.scoring.score_heads(relation, queries, candidates))
+    top_scores, top_rows = jax.lax.top_k(scores, min(k, len(ids)))
+    return [[(ids[j], float(s)) for j, s in zip(row, score)]
+            for row, score in zip(np.asarray(top_rows), np.asarray(top_scores))]

@@ -1,0 +1,142 @@
+"""DOCENT's models: entities (movies) as rows of a trained table, and texts encoded to be scored against them.
+
+  * DUAL and HYBRID: f(text), the normalised [CLS] of the sentence encoder, against g(e), the normalised
+    entity rows; P(e | text) ranks by their cosine.
+  * FULL: the output state at the masked entity slot of `[CLS] [MASK] [SEP] text [SEP]` against the entity
+    rows of the output softmax; P(e | text) ranks by their inner product (the softmax's normaliser is shared).
+  * Tag scorers (the tag-prediction fine-tuning runs): every (movie, tag) score, the movies' vectors frozen.
+The record holds the movie ids (`entity_ids`), in the order of the table's rows.
+"""
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from docent_jax import parallel
+from docent_jax.data import tokenization
+from docent_jax.inference import protocol
+from docent_jax.models import bert
+from docent_jax.models import docent_full
+from docent_jax.models import dual_encoder
+from docent_jax.models import hybrid_encoder
+from docent_jax.models import pretrained
+from docent_jax.models import tag_scorers
+
+
+class MovieModel(protocol.Model):
+  """A DOCENT model: `encode` gives query vectors, `entities` the movies' rows they are scored against."""
+
+  def __init__(self, *args: Any, tokenizer: Any = None, **kwargs: Any):
+    super().__init__(*args, **kwargs)
+    self.tokenizer = tokenizer or pretrained.load_tokenizer(self.config.model.tokenizer)
+    self.bert_config = pretrained.model_bert_config(self.config.model, self.tokenizer.vocab_size)
+    self.num_entities = len(self.record["entity_ids"])
+    self._query_vectors_fn = self._query_vectors  # Bound once: copies (`with_params`) share its compilations.
+
+  def _encode(self, texts: list[str]) -> np.ndarray:
+    tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
+    return parallel.map_batches(self._query_vectors_fn, self.params, tokens, batch_size=self.config.eval.batch_size,
+                                mesh=self.mesh, what="texts")
+
+  def _query_vectors(self, params: Any, tokens: jax.Array) -> jax.Array:
+    raise NotImplementedError
+
+  def entities(self) -> tuple[list[str], np.ndarray]:
+    return list(self.record["entity_ids"]), self.computed("entities", lambda: parallel.fetch(self._entity_table()))
+
+  def _entity_table(self) -> jax.Array:
+    raise NotImplementedError
+
+
+class DualMovieModel(MovieModel):
+  """DUAL (RELIC) and HYBRID: normalised f(text) against normalised g(e)."""
+
+  def __init__(self, *args: Any, **kwargs: Any):
+    super().__init__(*args, **kwargs)
+    encoder = hybrid_encoder.HybridEncoder if self.config.objective == "docent_hybrid" else dual_encoder.DualEncoder
+    model = self.config.model
+    self.module = encoder(self.bert_config, num_entities=self.num_entities, initial_scale=model.scale,
+                          learn_scale=model.learn_scale, dtype=jnp.dtype(model.dtype))
+
+  def _query_vectors(self, params: Any, tokens: jax.Array) -> jax.Array:
+    return self.module.apply({"params": params}, tokens, method=dual_encoder.DualEncoder.encode_sentences)
+
+  def _entity_table(self) -> jax.Array:
+    return self.module.apply({"params": self.params}, method=dual_encoder.DualEncoder.entity_table)
+
+
+class FullMovieModel(MovieModel):
+  """FULL: the masked entity slot's output state against the entity rows of the output softmax."""
+
+  cosine_search = False  # P(e | text) ranks by the logits, inner products with the entity rows.
+
+  def __init__(self, *args: Any, **kwargs: Any):
+    super().__init__(*args, **kwargs)
+    self.module = docent_full.DocentFull(self.bert_config, num_entities=self.num_entities,
+                                         dtype=jnp.dtype(self.config.model.dtype))
+
+  def _query_vectors(self, params: Any, sentences: jax.Array) -> jax.Array:
+    pad = self.tokenizer.pad_token_id
+    tokens, token_types = docent_full.two_segment_inputs(sentences, slot_id=self.tokenizer.mask_token_id,
+                                                         sep_id=self.tokenizer.sep_token_id, pad_id=pad)
+    batch = len(tokens)
+    hidden = self.module.apply(
+        {"params": params}, tokens, token_types, (tokens != pad).astype(jnp.int32), jnp.zeros((batch,), jnp.int32),
+        jnp.zeros((batch,), bool), jnp.full((batch, 1), docent_full.ENTITY_POSITION, jnp.int32))
+    return hidden[:, 0].astype(jnp.float32)
+
+  def _entity_table(self) -> jax.Array:
+    return self.module.apply({"params": self.params}, method=docent_full.DocentFull.output_tables)[2]
+
+
+class TagModel(protocol.Model):
+  """A tag scorer fine-tuned against frozen item vectors (a DOCENT model's movie rows, or review sentences'
+  pretrained vectors for BoS-BERT). The record holds the items' movie ids (`entity_ids`, one per item); the item
+  vectors are passed in (`item_vectors`)."""
+
+  def __init__(self, *args: Any, scorer: tag_scorers.TagScorer, item_vectors: np.ndarray, tokenizer: Any = None,
+               **kwargs: Any):
+    super().__init__(*args, **kwargs)
+    self.scorer, self.item_vectors = scorer, np.asarray(item_vectors, np.float32)
+    self.tokenizer = tokenizer or pretrained.load_tokenizer(self.config.model.tokenizer)
+
+  def _encode(self, texts: list[str]) -> np.ndarray:
+    if not isinstance(self.scorer, tag_scorers.DualScorer):
+      raise TypeError(f"{self.name}: a pair-classifier tag scorer reads a movie and a tag together; it has no vector "
+                      "of one text (use tag_scores).")
+    return self.scorer.tag_vectors(self.params, self._tag_tokens(texts))
+
+  def _tag_tokens(self, tags: Sequence[str]) -> np.ndarray:
+    return tag_scorers.label_tokens(self.tokenizer, list(tags), self.config.data.max_len)
+
+  def entities(self) -> tuple[list[str], np.ndarray]:
+    return list(self.record["entity_ids"]), self.item_vectors
+
+  def tag_scores(self, items: np.ndarray, tags: Sequence[str]) -> np.ndarray:
+    """[len(items), len(tags)] scores (higher: more likely) of items (rows of the item vectors) and tag texts."""
+    return self.scorer.scores(self.params, self.item_vectors[items], self._tag_tokens(tags))
+
+
+def pretrained_sentence_encoder(config: Any, pooling: str, mesh: Any) -> "PooledSentenceModel":
+  """The untrained encoder of a DOCENT config (its pretrained BERT, else a fixed random one seeded by
+  `config.seed`) with `pooling`, normalised: the bag-of-sentences baselines' encoder."""
+  tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
+  bert_config, params = pretrained.load_model_bert(config.model, tokenizer.vocab_size)
+  return PooledSentenceModel(config, {}, pretrained.pretrained_or_fixed_bert(params, bert_config, config.seed),
+                             mesh=mesh, tokenizer=tokenizer, bert_config=bert_config, pooling=pooling)
+
+
+class PooledSentenceModel(protocol.Model):
+  """A BERT's normalised pooled outputs ([CLS] or the mean) of texts; params are the BERT's."""
+
+  def __init__(self, *args: Any, tokenizer: Any, bert_config: bert.BertConfig, pooling: str, **kwargs: Any):
+    super().__init__(*args, **kwargs)
+    self.tokenizer, self.pooling = tokenizer, pooling
+    self.encoder = bert.BertModel(bert_config, add_pooler=False)
+
+  def _encode(self, texts: list[str]) -> np.ndarray:
+    tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
+    return tag_scorers.encode_texts(self.encoder, self.params, tokens, self.pooling,
+                                    batch_size=self.config.eval.batch_size, mesh=self.mesh)

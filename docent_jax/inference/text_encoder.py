@@ -1,0 +1,100 @@
+"""Models whose encoder is a mean-pooled BERT-family model: universal representations (with their pair-task
+heads), FAQ retrieval (with its FAQ items), SupCon offers; and the static word-piece baseline."""
+from collections.abc import Sequence
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from docent_jax import parallel
+from docent_jax.data import tokenization
+from docent_jax.inference import protocol
+from docent_jax.models import bert
+from docent_jax.models import pretrained
+from docent_jax.models import task_heads
+
+# Row lengths (tokens) that texts are encoded in, the shortest that fits each text (then data.max_len): words
+# and phrases need a few tokens.
+LENGTH_BUCKETS = (8, 16, 32)
+
+
+class TextEncoderModel(protocol.Model):
+  """Texts -> mean-pooled BERT outputs (params under `bert`). Each distinct text is encoded once, in the shortest
+  row that holds it. The record may list special tokens added to the tokenizer (`special_tokens`) and an
+  entity set (`entity_ids`, `entity_texts`)."""
+
+  def __init__(self, *args: Any, tokenizer: Any = None, **kwargs: Any):
+    super().__init__(*args, **kwargs)
+    self.tokenizer = tokenizer or pretrained.load_tokenizer(
+        self.config.model.tokenizer, extra_special_tokens=tuple(self.record.get("special_tokens", ())))
+    self.bert_config = pretrained.model_bert_config(self.config.model, len(self.tokenizer))
+    self.encoder = bert.BertModel(self.bert_config, dtype=jnp.dtype(self.config.model.dtype), add_pooler=False)
+    self._encode_tokens_fn = self._encode_tokens  # Bound once: copies (`with_params`) share its compilations.
+
+  def _encode(self, texts: list[str]) -> np.ndarray:
+    unique, position = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
+    tokens = tokenization.tokenize_texts(self.tokenizer, list(unique), self.config.data.max_len)
+    vectors = parallel.map_token_batches(self._encode_tokens_fn, self.params, tokens,
+                                         pad_id=self.tokenizer.pad_token_id, batch_size=self.config.eval.batch_size,
+                                         mesh=self.mesh, buckets=LENGTH_BUCKETS, what="texts")
+    return vectors[position.reshape(-1)]
+
+  def _encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:
+    return bert.mean_pooled(self.encoder, params["bert"], tokens, pad_token_id=self.tokenizer.pad_token_id)
+
+
+class UniversalModel(TextEncoderModel):
+  """The multi-task encoder and its pair-task heads (record: `tasks`, each task's label names)."""
+
+  def __init__(self, *args: Any, **kwargs: Any):
+    super().__init__(*args, **kwargs)
+    self.tasks: dict[str, list[str]] = {name: list(labels) for name, labels in self.record["tasks"].items()}
+    self.heads = task_heads.TaskHeads(tuple((name, len(labels)) for name, labels in self.tasks.items()),
+                                      self.bert_config.initializer_range)
+
+  def classify_pairs(self, task: str, first: Sequence[str], second: Sequence[str]) -> np.ndarray:
+    """[n, classes] logits of the task's head for pairs of texts (label names: `tasks[task]`)."""
+    if task not in self.tasks:
+      raise KeyError(f"{self.name} has no task {task!r}; its tasks: {sorted(self.tasks)}.")
+    u, v = self.encode(first), self.encode(second)
+    return np.asarray(self.heads.apply({"params": self.params["heads"]}, jnp.asarray(u), jnp.asarray(v))[task])
+
+
+class FaqModel(TextEncoderModel):
+  """A FAQ retrieval encoder and its FAQ: the entities are the FAQ's questions (record: `entity_ids`,
+  `entity_texts`, `answers`)."""
+
+  def answer(self, queries: Sequence[str], k: int = 1) -> list[list[dict[str, Any]]]:
+    """Per query, the `k` FAQ items whose questions are nearest (cosine): id, question, answer and score."""
+    items = {entity: row for row, entity in enumerate(self.record["entity_ids"])}
+    return [[{"id": entity, "question": self.record["entity_texts"][items[entity]],
+              "answer": self.record["answers"][items[entity]], "score": score} for entity, score in ranking]
+            for ranking in self.search(queries, k)]
+
+
+class StaticWordPieceModel(protocol.Model):
+  """A static embedding model: a text is the mean of its word pieces' input vectors in a pretrained model (no
+  special tokens), the baseline of the universal-representation evaluations. Its params are the word-piece table."""
+
+  def __init__(self, *args: Any, tokenizer: Any, **kwargs: Any):
+    super().__init__(*args, **kwargs)
+    self.tokenizer = tokenizer
+
+  def _encode(self, texts: list[str]) -> np.ndarray:
+    ids = tokenization.encode(self.tokenizer, list(texts), add_special_tokens=False)["input_ids"]
+    table = self.params
+    return np.stack([table[row].mean(axis=0) if row else np.zeros(table.shape[1]) for row in ids])
+
+
+@functools.cache
+def static_word_pieces(reference: str, tokenizer_name: str) -> StaticWordPieceModel:
+  """The static word-piece model of pretrained model `reference` (its input table in float64), over the tokenizer
+  `tokenizer_name`."""
+  tokenizer = pretrained.load_tokenizer(tokenizer_name)
+  _, params = pretrained.load_or_create_bert(reference, {}, len(tokenizer))
+  config = {"name": f"static_wordpiece/{reference}", "objective": "static_wordpiece"}
+  return StaticWordPieceModel(ml_collections.ConfigDict(config), {},
+                              np.asarray(bert.word_embedding_matrix(params), np.float64), tokenizer=tokenizer)
