@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= workdir/default
+# The real datasets (described in their SOURCES.md); `make bench` encodes WN18RR descriptions.
+DATA ?= ../shared/data
 
 .PHONY: run test bench bench-scale install
 
@@ -27,7 +29,10 @@ test: install
 # Benchmarks compare against PyTorch, which is never a dependency of the package itself.
 bench: install
 	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet --no-deps sentence-transformers==6.3.0
 	$(PY) tools/bench_encoder.py
+	$(PY) tools/bench_encode.py --texts=$(DATA)/wn18rr/entity2text.txt --count=1024 --backend=sentence_transformers
+	$(PY) tools/bench_encode.py --texts=$(DATA)/wn18rr/entity2text.txt --count=1024 --backend=jax
 	$(PY) tools/bench_link_prediction.py
 
 # Scale on 8 forced CPU devices (no PyTorch): memory of a BERT-base step, the entity softmax and filtered ranking

@@ -23,6 +23,23 @@ DATA_AXIS = "data"
 MODEL_AXIS = "model"
 # A `map_batches` call longer than this logs its progress this often.
 _PROGRESS_SECONDS = 30.0
+
+
+class Progress:
+  """Logs `done / total <what> (rate, ETA)` of a long phase, at most every `_PROGRESS_SECONDS`."""
+
+  def __init__(self, total: int, what: str):
+    self.total, self.what = total, what
+    self.started = self.reported = time.time()
+
+  def update(self, done: int) -> None:
+    now = time.time()
+    if now - self.reported < _PROGRESS_SECONDS or not done:
+      return
+    self.reported = now
+    rate = done / (now - self.started)
+    logging.info("%d / %d %s (%.0f / s, ETA %ds).", done, self.total, self.what, rate,
+                 round((self.total - done) / rate))
 # Per object, the jitted forms of its methods that `map_batches` applied, held weakly: jax.jit keeps its
 # compilations per function object, and every `obj.method` access makes a new bound method.
 _jitted_methods: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -169,22 +186,18 @@ def map_batches(fn: Callable[[Any, jax.Array], Any], params: Any, inputs: np.nda
   The last batch is padded (one compilation for all) and the padding's outputs are dropped. Every
   process passes the whole of `inputs` and gets the whole result. Compilations are kept per function:
   a method of one object, or one function object, compiles once per shape however often it is mapped
-  (a new lambda per call compiles again). A long run logs its progress every `_PROGRESS_SECONDS`,
-  counting `what`.
+  (a new lambda per call compiles again). A long run logs its progress with an ETA (`Progress`), counting `what`.
   """
   padded, num_rows = pad_to_multiple(np.asarray(inputs), batch_size)
   sharding = batch_sharding(mesh)
   apply = _jit_replicated(fn, mesh)
   outputs = []
-  started = reported = time.time()
+  progress = Progress(num_rows, what)
   for start in range(0, len(padded), batch_size):
     chunk = padded[start:start + batch_size]
     global_chunk = jax.make_array_from_callback(chunk.shape, sharding, lambda index, c=chunk: c[index])
     outputs.append(jax.tree.map(np.asarray, apply(params, global_chunk)))
-    if time.time() - reported > _PROGRESS_SECONDS:
-      reported = time.time()
-      done = min(start + batch_size, num_rows)
-      logging.info("%d / %d %s (%.0f / s).", done, num_rows, what, done / (reported - started))
+    progress.update(min(start + batch_size, num_rows))
   return jax.tree.map(lambda *parts: np.concatenate(parts)[:num_rows], *outputs)
 
 

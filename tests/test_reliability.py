@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs import common
 from docent_jax import checkpoints
 from docent_jax import parallel
 from docent_jax import train
@@ -243,6 +244,19 @@ def test_evaluate_with_model_init_evaluates_that_run_on_this_configs_data(kg_dir
   assert results == pytest.approx({key.replace("blp_transe/", f"{name}/"): value
                                    for key, value in parent_results.items() if key.startswith("blp_transe/")}, abs=1e-6)
   assert not (tmp_path / "transfer" / name / "checkpoints").exists()
+
+
+def test_a_transfer_evaluation_reports_the_models_evaluators_under_its_name_and_leaves_out_baselines(
+    kg_dir, tfds_dir, parent):
+  parent_dir, _ = parent
+  config = _config(kg_dir, tfds_dir)
+  config.evals.lexical = common.baseline("link_prediction", "some_baseline")
+  config.evals.test.report_as = config.name
+  config.model_init = str(parent_dir / "blp_transe")
+  transfer = train._transfer_config(config)
+  assert transfer.name == f"{parent_dir.name}.blp_transe"
+  assert "lexical" not in transfer.evals and set(transfer.evals) == set(config.evals) - {"lexical"}
+  assert not any(entry.get("report_as") for entry in transfer.evals.values())
 
 
 def test_evaluating_a_run_on_a_graph_with_a_relation_it_lacks_names_the_relation(tfds_dir, parent, tmp_path):

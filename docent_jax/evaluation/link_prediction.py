@@ -288,7 +288,14 @@ def _direction_ranks(scoring_fn: relations.ScoringFunction, predict_tails: bool,
                         "%d candidates (counted in num_skipped).", 2, num_skipped, len(eval_triples),
                         "tail" if predict_tails else "head", num_candidates)
   starts, counts = known.spans(queries[:, given_column] * num_relations + queries[:, 1])
-  batch_ranks = []
+  progress = parallel.Progress(len(queries), f"{'tail' if predict_tails else 'head'}-prediction queries ranked")
+  fetched, pending = [], []
+
+  def fetch(ranks: jax.Array, n: int) -> None:
+    fetched.append((np.asarray(multihost_utils.process_allgather(ranks, tiled=True)) if mesh is not None
+                    else np.asarray(ranks))[:n])
+    progress.update(sum(map(len, fetched)))
+
   for begin in range(0, len(queries), batch_size):
     end = min(begin + batch_size, len(queries))
     # The last batch is padded to the full size so that it reuses the compiled shape.
@@ -300,13 +307,13 @@ def _direction_ranks(scoring_fn: relations.ScoringFunction, predict_tails: bool,
     if mesh is not None:
       # Every device ranks the whole batch against its own candidate blocks.
       batch = tuple(jax.device_put(x, parallel.replicated(mesh)) for x in batch)
-    ranks = _filtered_ranks(scoring_fn, predict_tails, num_candidates, *tables, *batch, mesh=mesh)
-    batch_ranks.append((ranks, end - begin))
-  # Fetch after dispatching every batch, so that host work overlaps with device work.
-  if mesh is not None:
-    fetched = [np.asarray(multihost_utils.process_allgather(r, tiled=True))[:n] for r, n in batch_ranks]
-  else:
-    fetched = [np.asarray(r)[:n] for r, n in batch_ranks]
+    pending.append((_filtered_ranks(scoring_fn, predict_tails, num_candidates, *tables, *batch, mesh=mesh),
+                    end - begin))
+    # One batch in flight while the host prepares the next; the one before is fetched.
+    if len(pending) > 1:
+      fetch(*pending.pop(0))
+  for ranks, n in pending:
+    fetch(ranks, n)
   return (np.concatenate(fetched) if fetched else np.zeros(0, np.float32)), num_skipped
 
 
