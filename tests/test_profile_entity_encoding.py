@@ -18,7 +18,7 @@ def test_profile_compares_full_width_and_length_buckets_on_the_same_descriptions
   result = profile_entity_encoding.profile(trainer, entities=0, repeats=1)
   tokens = trainer.objective.entity_tokens
   assert result["entities"] == len(tokens) and result["max_len"] == tokens.shape[1]
-  lengths = (tokens != trainer.objective.pad_id).sum(axis=1)
+  lengths = (tokens != trainer.objective.tokenizer.pad_token_id).sum(axis=1)
   assert result["mean_tokens_per_row"]["text"] == round(float(lengths.mean()), 2)
   # Every row's bucket holds its text and is no longer than the table.
   assert lengths.mean() <= result["mean_tokens_per_row"]["length_buckets"] <= tokens.shape[1]

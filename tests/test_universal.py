@@ -105,7 +105,8 @@ def test_training_reports_tasks_analogies_and_similarity_for_every_model(tiny_co
   # The loaded multi-task run's heads classify the held-out pairs as its evaluation did.
   model = docent_jax.load(tmp_path / "universal_multitask")
   sources = train.Trainer(tiny_config, "unused").objective.evaluation_data()
-  assert pair_tasks.classify_held_out_pairs(model, sources, "validation") == pytest.approx(
+  max_pairs = tiny_config.evals.validation.max_pairs
+  assert pair_tasks.classify_held_out_pairs(model, sources, "validation", max_pairs) == pytest.approx(
       {key.removeprefix("universal_multitask/"): value for key, value in results.items()
        if key.startswith("universal_multitask/validation/")}, abs=1e-6)
   nli = sources.tasks["nli"]
