@@ -4,7 +4,7 @@ from typing import Any
 
 
 def load(path: Any) -> Any:
-  """The model of a trained run directory (`WORKDIR/<model>`, local or gs://); see `inference.model.Model`."""
+  """The model of a trained run directory (`WORKDIR/<model>`, local or gs://); see `inference.protocol.Model`."""
   # Imported here: `import docent_jax.<module>` must not import the whole package.
   from docent_jax.inference import model  # pylint: disable=g-import-not-at-top
   return model.load(path)
