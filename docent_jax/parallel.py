@@ -29,17 +29,21 @@ class Progress:
   """Logs `done / total <what> (rate, ETA)` of a long phase, at most every `_PROGRESS_SECONDS`."""
 
   def __init__(self, total: int, what: str):
-    self.total, self.what = total, what
+    self.total, self.what, self.done = total, what, 0
     self.started = self.reported = time.time()
 
-  def update(self, done: int) -> None:
+  def advance(self, count: int) -> None:
+    """`count` more are done."""
+    self.done += count
     now = time.time()
-    if now - self.reported < _PROGRESS_SECONDS or not done:
+    if now - self.reported < _PROGRESS_SECONDS or not self.done:
       return
     self.reported = now
-    rate = done / (now - self.started)
-    logging.info("%d / %d %s (%.0f / s, ETA %ds).", done, self.total, self.what, rate,
-                 round((self.total - done) / rate))
+    rate = self.done / (now - self.started)
+    logging.info("%d / %d %s (%.0f / s, ETA %ds).", self.done, self.total, self.what, rate,
+                 round((self.total - self.done) / rate))
+
+
 # Per object, the jitted forms of its methods that `map_batches` applied, held weakly: jax.jit keeps its
 # compilations per function object, and every `obj.method` access makes a new bound method.
 _jitted_methods: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -179,7 +183,7 @@ def initialize_distributed(coordinator_address: str | None, num_processes: int |
 
 
 def map_batches(fn: Callable[[Any, jax.Array], Any], params: Any, inputs: np.ndarray, *, batch_size: int,
-                mesh: Mesh, what: str = "rows") -> Any:
+                mesh: Mesh, what: str = "rows", progress: Progress | None = None) -> Any:
   """`fn(params, batch)` over `inputs` in fixed-size batches split over the data axis; results (an array or a
   pytree of arrays) on host.
 
@@ -192,12 +196,12 @@ def map_batches(fn: Callable[[Any, jax.Array], Any], params: Any, inputs: np.nda
   sharding = batch_sharding(mesh)
   apply = _jit_replicated(fn, mesh)
   outputs = []
-  progress = Progress(num_rows, what)
+  progress = progress or Progress(num_rows, what)
   for start in range(0, len(padded), batch_size):
     chunk = padded[start:start + batch_size]
     global_chunk = jax.make_array_from_callback(chunk.shape, sharding, lambda index, c=chunk: c[index])
     outputs.append(jax.tree.map(np.asarray, apply(params, global_chunk)))
-    progress.update(min(start + batch_size, num_rows))
+    progress.advance(min(batch_size, num_rows - start))
   return jax.tree.map(lambda *parts: np.concatenate(parts)[:num_rows], *outputs)
 
 
@@ -232,9 +236,9 @@ def map_token_batches(fn: Callable[[Any, jax.Array], Any], params: Any, tokens: 
   groups = length_buckets(tokens, pad_id, buckets)
   if not groups:  # No rows: the output's shape comes from the full width.
     return map_batches(fn, params, tokens, batch_size=batch_size, mesh=mesh, what=what)
-  outputs = None
+  outputs, progress = None, Progress(len(tokens), what)  # One count over every bucket.
   for bucket, rows in groups:
-    vectors = map_batches(fn, params, tokens[rows, :bucket], batch_size=batch_size, mesh=mesh, what=what)
+    vectors = map_batches(fn, params, tokens[rows, :bucket], batch_size=batch_size, mesh=mesh, progress=progress)
     if outputs is None:
       outputs = np.zeros((len(tokens), *vectors.shape[1:]), vectors.dtype)
     outputs[rows] = vectors

@@ -124,3 +124,17 @@ def test_map_token_batches_cuts_rows_to_length_buckets_and_keeps_their_order(pad
                                    buckets=(4, 16, 40))
   np.testing.assert_array_equal(out, expected[lengths > 16])
   assert widths == [32]  # Only the full width holds rows over 16; a bucket past the width is dropped.
+
+
+def test_bucketed_encoding_reports_one_progress_count_over_every_bucket(monkeypatch, caplog):
+  monkeypatch.setattr(parallel, "_PROGRESS_SECONDS", 0.0)  # A line for every batch.
+  tokens = np.zeros((40, 32), np.int32)
+  for row in range(40):
+    tokens[row, :2 + row % 30] = 5  # Rows in every bucket of 8, 16, 24 and 32 tokens.
+  with caplog.at_level("INFO", logger="absl"):
+    parallel.map_token_batches(lambda params, batch: batch.sum(axis=1), None, tokens, pad_id=0, batch_size=8,
+                               mesh=_mesh((1, 1)), what="texts")
+  counts = [tuple(map(int, line.split(" texts")[0].split(" / "))) for line in caplog.messages if " texts (" in line]
+  assert [total for _, total in counts] == [40] * len(counts)
+  done = [n for n, _ in counts]
+  assert done == sorted(done) and done[-1] == 40

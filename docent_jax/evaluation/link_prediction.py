@@ -294,7 +294,7 @@ def _direction_ranks(scoring_fn: relations.ScoringFunction, predict_tails: bool,
   def fetch(ranks: jax.Array, n: int) -> None:
     fetched.append((np.asarray(multihost_utils.process_allgather(ranks, tiled=True)) if mesh is not None
                     else np.asarray(ranks))[:n])
-    progress.update(sum(map(len, fetched)))
+    progress.advance(n)
 
   for begin in range(0, len(queries), batch_size):
     end = min(begin + batch_size, len(queries))
