@@ -474,7 +474,8 @@ def _transfer_config(config: ml_collections.ConfigDict) -> ml_collections.Config
   model."""
   parent_dir = checkpoints.as_path(config.model_init)
   objective = checkpoints.recorded_config(parent_dir).objective
-  same_objective = [run for run in model_configs(config) if run.objective == objective]
+  runs = model_configs(config)
+  same_objective = [run for run in runs if run.objective == objective]
   transfer = ml_collections.ConfigDict((same_objective[0] if same_objective else config).to_dict())
   transfer.name = f"{parent_dir.parent.name}.{parent_dir.name}"
   transfer.model_init = config.model_init
@@ -482,7 +483,7 @@ def _transfer_config(config: ml_collections.ConfigDict) -> ml_collections.Config
   # The model's evaluators, reported under the transfer's name; untrained baselines are the config's own.
   transfer.evals = {name: {key: value for key, value in entry.items() if key != "report_as"}
                     for name, entry in transfer.get("evals", {}).to_dict().items() if not entry.get("baseline")}
-  if len(model_configs(config)) > 1:
+  if len(runs) > 1:
     logging.info("Evaluating %s on %s with the evaluators of its %s run; the config's other runs are not "
                  "evaluated.", parent_dir, config.name, transfer.objective)
   return transfer

@@ -19,6 +19,7 @@ from xdist.scheduler import LoadScopeScheduling
 
 from docent_jax import train
 import gcs_server
+import kg_fixtures
 import review_fixtures
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -59,6 +60,18 @@ def shared_data_dir() -> pathlib.Path:
   if not path.is_dir():
     pytest.fail(f"Real-data tests need the shared datasets at {path} (set DOCENT_JAX_DATA).")
   return path
+
+
+@pytest.fixture(scope="module")
+def kg_dir(tmp_path_factory) -> pathlib.Path:
+  """The tiny knowledge graph of `kg_fixtures`, written once per module that asks for it."""
+  return kg_fixtures.write_tiny_kg(tmp_path_factory.mktemp("tiny_kg"))
+
+
+@pytest.fixture(scope="module")
+def tfds_dir(tmp_path_factory) -> pathlib.Path:
+  """A TFDS data directory of the module's own (modules with other data define theirs)."""
+  return tmp_path_factory.mktemp("tfds")
 
 
 @pytest.fixture(scope="session")

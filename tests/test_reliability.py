@@ -8,7 +8,6 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -20,16 +19,6 @@ import kg_fixtures
 import tiny_training
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def kg_dir(tmp_path_factory) -> pathlib.Path:
-  return kg_fixtures.write_tiny_kg(tmp_path_factory.mktemp("tiny_kg"))
-
-
-@pytest.fixture(scope="module")
-def tfds_dir(tmp_path_factory) -> pathlib.Path:
-  return tmp_path_factory.mktemp("tfds")
 
 
 def _config(kg_dir, tfds_dir):

@@ -25,16 +25,6 @@ import tiny_training
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def kg_dir(tmp_path_factory) -> pathlib.Path:
-  return kg_fixtures.write_tiny_kg(tmp_path_factory.mktemp("tiny_kg"))
-
-
-@pytest.fixture(scope="module")
-def tfds_dir(tmp_path_factory) -> pathlib.Path:
-  return tmp_path_factory.mktemp("tfds")
-
-
 def _evaluated_config(kg_dir, tfds_dir) -> ml_collections.ConfigDict:
   """The tiny config with the BE-BOW baseline, validated every step for 8 steps."""
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
