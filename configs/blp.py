@@ -30,6 +30,7 @@ def get_config(arg: str = "wn18rr") -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.objective = "blp"
   config.seed = 0
+  config.num_seeds = 1  # N > 1: each trained run again with seeds seed+1 .. seed+N-1; <model>@seeds: mean, std.
   config.model_init = ""  # A run to start from: a model of this config, or any finished run's workdir.
 
   config.data = common.data(dataset, max_len=32)

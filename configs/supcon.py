@@ -57,6 +57,7 @@ def get_config(arg: str = "abt_buy") -> ml_collections.ConfigDict:
   config.objective = "supcon"
   config.name = "supcon"
   config.seed = 0
+  config.num_seeds = 1  # N > 1: each trained run again with seeds seed+1 .. seed+N-1; <model>@seeds: mean, std.
   config.model_init = ""  # A run to start from: a model of this config, or any finished run's workdir.
 
   # Offers are serialized name first, so truncation to max_len cuts long descriptions, not names.
@@ -150,7 +151,7 @@ def sampling_setting(config: ml_collections.ConfigDict, dataset: str) -> ml_coll
 
 def cross_encoder_setting(config: ml_collections.ConfigDict, dataset: str) -> ml_collections.ConfigDict:
   """The cross-encoder baseline alone, as defined above (its steps those of the default pre-training plus
-  fine-tuning), trained with `seed` (run `cross_encoder`) and seeds 1 to `CROSS_ENCODER_SEEDS` - 1 (runs
+  fine-tuning), trained with `CROSS_ENCODER_SEEDS` seeds (`num_seeds`: runs `cross_encoder` and
   `cross_encoder_seed<N>`); results.json gets their mean and standard deviation as `cross_encoder@seeds/...`."""
   del dataset
   cross_encoder = config.baselines.cross_encoder.to_dict()
@@ -158,8 +159,8 @@ def cross_encoder_setting(config: ml_collections.ConfigDict, dataset: str) -> ml
     config[key] = ml_collections.ConfigDict()
   config.update(cross_encoder)
   config.name = "cross_encoder"
-  config.baselines = ml_collections.ConfigDict(
-      {f"cross_encoder_seed{seed}": {"seed": seed} for seed in range(1, CROSS_ENCODER_SEEDS)})
+  config.baselines = ml_collections.ConfigDict()
+  config.num_seeds = CROSS_ENCODER_SEEDS
   return config
 
 

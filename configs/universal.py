@@ -27,6 +27,7 @@ def get_config(arg: str = "multitask") -> ml_collections.ConfigDict:
   config.objective = "universal"
   config.name = "universal_multitask"
   config.seed = 0
+  config.num_seeds = 1  # N > 1: each trained run again with seeds seed+1 .. seed+N-1; <model>@seeds: mean, std.
   config.model_init = ""
 
   config.data = common.data("", max_len=32)
@@ -66,14 +67,15 @@ def get_config(arg: str = "multitask") -> ml_collections.ConfigDict:
 
 
 def faq_config(source: str) -> ml_collections.ConfigDict:
-  """FAQ retrieval fine-tuning with retrieved negatives (seed 0 and the other seeds as baselines), beside random
-  negatives, the zero-shot encoder and the TF-IDF and BM25 baselines. `source`: 'stackfaq' (data.manual_dir
-  holding faq/stackfaq, or downloaded) or a FAQ directory (faq.tsv, queries.tsv). `--config.model_init=<the
+  """FAQ retrieval fine-tuning with retrieved negatives, beside random negatives (each over `FAQ_SEEDS` seeds),
+  the zero-shot encoder and the TF-IDF and BM25 baselines. `source`: 'stackfaq' (data.manual_dir holding
+  faq/stackfaq, or downloaded) or a FAQ directory (faq.tsv, queries.tsv). `--config.model_init=<the
   workdir of a multitask run's model>` starts every fine-tuned model from it (multi-task, then FAQ)."""
   config = ml_collections.ConfigDict()
   config.objective = "faq_retrieval"
   config.name = "faq_retrieved"
   config.seed = 0
+  config.num_seeds = FAQ_SEEDS  # Each trained run with seeds 0 .. FAQ_SEEDS - 1; <model>@seeds: mean, std.
   config.model_init = ""
 
   config.data = common.data("", max_len=32)
@@ -102,8 +104,5 @@ def faq_config(source: str) -> ml_collections.ConfigDict:
 
   baselines = {"faq_zero_shot": {"train": {"num_steps": 0}, "evals": model_evals},
                "faq_random": {"loss": {"negatives": "random"}, "evals": model_evals}}
-  for seed in range(1, FAQ_SEEDS):
-    baselines[f"faq_retrieved_seed{seed}"] = {"seed": seed, "evals": model_evals}
-    baselines[f"faq_random_seed{seed}"] = {"seed": seed, "loss": {"negatives": "random"}, "evals": model_evals}
   config.baselines = ml_collections.ConfigDict(baselines)
   return config

@@ -400,7 +400,8 @@ def _with_overrides(config: ml_collections.ConfigDict, overrides: ml_collections
 def model_configs(config: ml_collections.ConfigDict) -> list[ml_collections.ConfigDict]:
   """Every run of a config, each after the run it starts from: the main model, one per baseline (the main
   config with the baseline's overrides), and after each of them its fine-tuning stages (`finetune`:
-  `<model>_<stage>`, starting from `<model>`'s params; `{model}` in a stage's `report_as` is `<model>`)."""
+  `<model>_<stage>`, starting from `<model>`'s params; `{model}` in a stage's `report_as` is `<model>`).
+  With `num_seeds` N > 1, every trained run then repeats with seeds `seed` + 1 .. N - 1 (see `_seed_runs`)."""
   models = [config] + [_with_overrides(config, overrides, name)
                        for name, overrides in config.get("baselines", {}).items()]
   runs = []
@@ -414,7 +415,31 @@ def model_configs(config: ml_collections.ConfigDict) -> list[ml_collections.Conf
         if entry.get("report_as"):
           entry.report_as = entry.report_as.format(model=model.name)
       runs.append(run)
-  return runs
+  num_seeds = config.get("num_seeds", 1)
+  if num_seeds < 1:
+    raise ValueError(f"config.num_seeds = {num_seeds}: a config runs with at least one seed.")
+  return runs + [run for offset in range(1, num_seeds) for run in _seed_runs(runs, offset)]
+
+
+def _seed_runs(runs: list[ml_collections.ConfigDict], offset: int) -> list[ml_collections.ConfigDict]:
+  """The trained runs of `runs` again with `seed` + `offset`, as `<run>_seed<offset>` (a stage starts from its
+  model's run of the same seed); each reports what it reported as `<name>_seed<offset>`, so results.json gets
+  `<name>@seeds/...` (`evaluation.seeds`). Untrained runs and baseline evaluators do not depend on the seed and
+  run once."""
+  trained = [run for run in runs if run.train.num_steps > 0]
+  names = {run.name for run in trained}
+  seeded = []
+  for run in trained:
+    copy = ml_collections.ConfigDict(run.to_dict())
+    copy.name = f"{run.name}_seed{offset}"
+    copy.seed = run.seed + offset
+    copy.num_seeds = 1
+    if copy.get("model_init") in names:
+      copy.model_init = f"{copy.model_init}_seed{offset}"
+    copy.evals = {name: dict(entry, report_as=f"{entry.get('report_as') or run.name}_seed{offset}")
+                  for name, entry in run.get("evals", {}).to_dict().items() if not entry.get("baseline")}
+    seeded.append(copy)
+  return seeded
 
 
 def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, train: bool, force: bool = False,

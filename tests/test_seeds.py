@@ -1,8 +1,15 @@
-"""Results over seeds: mean and standard deviation of a model and its `_seed<N>` baselines."""
+"""Runs over seeds (`config.num_seeds`) and their results: the mean and standard deviation of a model and its
+`<model>_seed<N>` runs."""
 import numpy as np
 import pytest
 
+from configs import blp as blp_config
+from configs import supcon as supcon_config
+from docent_jax import train
 from docent_jax.evaluation import seeds
+import kg_fixtures
+import review_fixtures
+import test_supcon
 
 
 def test_mean_and_std_over_seeds():
@@ -35,3 +42,70 @@ def test_summary_groups_a_model_with_its_seeds_only():
       "faq@seeds/test/top1": np.mean([0.5, 0.7, 0.4]), "faq@seeds/test/top1_std": np.std([0.5, 0.7, 0.4], ddof=1),
       "faq@seeds/test/num_queries": 10.0, "faq@seeds/test/num_queries_std": 0.0, "faq@seeds/test/num_seeds": 3.0})
   assert seeds.summarize({"faq/test/top1": 0.5, "bm25/test/top1": 0.3}) == {}
+
+
+def _seed_pairs(results: dict[str, float], model: str, key: str) -> None:
+  """`<model>@seeds/<key>` (and its _std) are the mean and sample std of `<model>/<key>` and `<model>_seed1/<key>`."""
+  per_seed = [results[f"{model}/{key}"], results[f"{model}_seed1/{key}"]]
+  assert results[f"{model}@seeds/{key}"] == pytest.approx(np.mean(per_seed))
+  assert results[f"{model}@seeds/{key}_std"] == pytest.approx(np.std(per_seed, ddof=1))
+  assert results[f"{model}@seeds/{key.split('/')[0]}/num_seeds"] == 2
+
+
+def test_num_seeds_repeats_every_trained_run_and_its_stages_with_the_next_seeds():
+  config = supcon_config.get_config("abt_buy")
+  config.seed = 7
+  config.num_seeds = 3
+  config.baselines.untrained = {"train": {"num_steps": 0}, "finetune": {}}
+  runs = {run.name: run for run in train.model_configs(config)}
+  assert "untrained_seed1" not in runs  # Nothing in an untrained run depends on the seed.
+  for offset in (1, 2):
+    seeded = runs[f"supcon_seed{offset}"]
+    assert seeded.seed == 7 + offset and seeded.num_seeds == 1
+    # The frozen probe reports as `supcon_frozen`, so its seeds report as `supcon_frozen_seed<N>`.
+    assert seeded.evals.frozen.report_as == f"supcon_frozen_seed{offset}"
+    stage = runs[f"supcon_trained_seed{offset}"]
+    assert (stage.model_init, stage.seed, stage.objective) == (f"supcon_seed{offset}", 7 + offset, "pair_matching")
+    assert {entry.report_as for entry in stage.evals.values()} == {f"supcon_trained_seed{offset}"}
+    assert runs[f"cross_encoder_seed{offset}"].seed == 7 + offset
+  assert list(runs)[:len(train.model_configs(supcon_config.get_config("abt_buy"))) + 1] == [
+      name for name in runs if "_seed" not in name]  # The first seed's runs come first.
+
+
+@pytest.mark.parametrize("num_seeds", [0, -2])
+def test_num_seeds_must_be_at_least_one(num_seeds):
+  config = blp_config.get_config("wn18rr")
+  config.num_seeds = num_seeds
+  with pytest.raises(ValueError, match="config.num_seeds"):
+    train.model_configs(config)
+
+
+def test_one_override_gives_blp_seeds_their_mean_and_std(kg_dir, tfds_dir, tmp_path):
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  config.train.num_steps = 2
+  config.evals = {"test": config.evals.test}
+  config.eval.best_metric = ""
+  config.num_seeds = 2
+  results = train.train_and_evaluate(config, tmp_path)
+  assert results["blp_transe/test/mrr"] != results["blp_transe_seed1/test/mrr"]  # Another initialisation and order.
+  _seed_pairs(results, "blp_transe", "test/mrr")
+
+
+def test_one_override_gives_supcon_and_its_fine_tuning_seeds_their_mean_and_std(tmp_path):
+  config = test_supcon.tiny_config(test_supcon.write_products(tmp_path / "products"), tmp_path / "tfds")
+  config.baselines = {}
+  config.num_seeds = 2
+  results = train.train_and_evaluate(config, tmp_path / "run")
+  _seed_pairs(results, "supcon_frozen", "test/f1")
+  _seed_pairs(results, "supcon_trained", "test/f1")
+
+
+def test_one_override_gives_docent_and_its_tag_stage_seeds_their_mean_and_std(reviews_dir, reviews_tfds_dir, tmp_path):
+  config = review_fixtures.tiny_config(reviews_dir, reviews_tfds_dir)
+  config.baselines = {}
+  config.evals = {"search": config.evals.search}
+  config.finetune = {"tags": config.finetune.tags}
+  config.num_seeds = 2
+  results = train.train_and_evaluate(config, tmp_path)
+  _seed_pairs(results, "docent_dual", "test/search_mrr")
+  _seed_pairs(results, "docent_dual", "test/tags_map")  # The tag stage reports under its model.
