@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= workdir/default
+# Config overrides for `make run`, e.g. ARGS=--config.num_seeds=3 (the README's three-seed table).
+ARGS ?=
 # The real datasets (described in their SOURCES.md); `make bench` encodes WN18RR descriptions.
 DATA ?= ../shared/data
 
@@ -20,7 +22,7 @@ $(VENV)/.installed: setup.py
 	touch $@
 
 run: install
-	$(PY) -m docent_jax.main --config=configs/default.py --workdir=$(WORKDIR)
+	$(PY) -m docent_jax.main --config=configs/default.py --workdir=$(WORKDIR) $(ARGS)
 
 # One worker per core; each takes whole modules, the slowest first (tests/conftest.py).
 test: install

@@ -6,7 +6,8 @@ fine-tuning stage of `config.finetune`, which starts from the params of the mode
 (`model_init`). During training the evaluators of `config.evals` with `every_steps` report to
 TensorBoard and keep the best params (`eval.best_metric`); at the end every evaluator runs on the
 reported params (the best, else the last) and `WORKDIR/results.json` gets `<model>/<split>/<metric>`,
-and for a model with baselines `<model>_seed<N>` the mean and standard deviation as `<model>@seeds/...`.
+and for a model run over seeds (`num_seeds`: `<model>_seed<N>`) the mean and standard deviation as
+`<model>@seeds/...`.
 """
 import collections
 import contextlib
