@@ -3,12 +3,14 @@
 get_config("DATASET[,SCORING][,SETTING]"): DATASET is wordnet_kg[/CONFIG], wn18rr, fb15k237, wikidata5m (with
 BLP's training values for it, see `wikidata5m_setting`) or a directory in the KG-BERT layout; SCORING is transe
 (default), distmult, complex or simple; SETTING `paper` selects the paper's own training setting of BLP and
-`paper_bebow` that of its BE-BOW baseline (wn18rr and fb15k237; see `paper_setting`, `paper_bebow_setting`). Examples:
+`paper_bebow` that of its BE-BOW baseline (wn18rr and fb15k237; see `paper_setting`, `paper_bebow_setting`), and
+`transductive` trains and ranks the transductive triples (`transductive_setting`). Examples:
   --config=configs/blp.py:wn18rr,distmult
   --config=configs/blp.py:wikidata5m --config.data.manual_dir=/data/wikidata5m
   --config=configs/blp.py:/data/my_kg
   --config=configs/blp.py:wn18rr,transe,paper --config.model.pretrained=/models/bert-base-cased
   --config=configs/blp.py:wn18rr,transe,paper_bebow --config.model.pretrained=minilm-l6
+  --config=configs/blp.py:fb15k237,transe,transductive
 """
 import math
 
@@ -35,6 +37,7 @@ def get_config(arg: str = "wn18rr") -> ml_collections.ConfigDict:
 
   config.data = common.data(dataset, max_len=32)
   config.data.drop_stopwords = False  # BLP drops English stop words and punctuation for its BOW and CNN baselines.
+  config.data.setting = "inductive"  # inductive | transductive (see `transductive_setting`).
 
   config.model = common.bert_model()
   config.model.encoder = "bert"  # bert | bow (BE-BOW) | cnn (DKRL)
@@ -138,4 +141,16 @@ def paper_bebow_setting(config: ml_collections.ConfigDict, dataset: str) -> ml_c
   return config
 
 
-PAPER_SETTINGS = {"paper": paper_setting, "paper_bebow": paper_bebow_setting}
+def transductive_setting(config: ml_collections.ConfigDict, dataset: str) -> ml_collections.ConfigDict:
+  """BLP's transductive evaluation (the paper's appendix): training, validation and test triples are the
+  source's transductive ones (train.tsv, dev.tsv, test.tsv), whose entities are, but for a few, all seen in
+  training; validation is ranked among the entities of training and validation triples, test among all, filtered
+  by every triple (BLP's train.py). Entity classification is left out: its classes follow the inductive
+  entity split. The training values are this config's; combine with `--config.train.*` for longer runs."""
+  del dataset
+  config.data.setting = "transductive"
+  del config.evals["classification"]
+  return config
+
+
+PAPER_SETTINGS = {"paper": paper_setting, "paper_bebow": paper_bebow_setting, "transductive": transductive_setting}

@@ -49,13 +49,15 @@ def write_tiny_kg(directory: pathlib.Path, num_entities: int = 48, seed: int = 0
   return directory
 
 
-def write_transductive_kg(directory: pathlib.Path) -> pathlib.Path:
-  """The tiny KG's triples as train.tsv / dev.tsv / test.tsv, every dev and test entity also in training."""
+def write_transductive_kg(directory: pathlib.Path, keep_inductive: bool = False) -> pathlib.Path:
+  """The tiny KG's triples as train.tsv / dev.tsv / test.tsv, every dev and test entity also in training; with
+  `keep_inductive`, beside its inductive files (as WN18RR and FB15k-237 have both)."""
   write_tiny_kg(directory)
   triples = [line for name in ("ind-train", "ind-dev", "ind-test")
              for line in (directory / f"{name}.tsv").read_text().splitlines()]
-  for path in list(directory.glob("ind-*.tsv")) + list(directory.glob("*-ents-class.txt")):
-    path.unlink()
+  if not keep_inductive:
+    for path in list(directory.glob("ind-*.tsv")) + list(directory.glob("*-ents-class.txt")):
+      path.unlink()
   train, held_out = triples[::2], triples[1::2]
   seen = {entity for line in train for entity in line.split("\t")[::2]}
   held_out = [line for line in held_out if set(line.split("\t")[::2]) <= seen]

@@ -14,6 +14,7 @@ from docent_jax.data.kg import builders as kg_builders
 from docent_jax.data.kg import files as kg_files
 from docent_jax.data.kg import graph as knowledge_graph
 from docent_jax.data.kg import wordnet_kg
+import kg_fixtures
 
 SPLITS = knowledge_graph.SPLITS
 
@@ -223,3 +224,11 @@ def test_builds_and_reads_without_tensorflow(tmp_path):
   result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           cwd=pathlib.Path(__file__).resolve().parent.parent)
   assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+def test_the_transductive_setting_needs_transductive_triples(tmp_path, tfds_dir):
+  directory = kg_fixtures.write_tiny_kg(tmp_path / "inductive_only")
+  with pytest.raises(ValueError, match="has no transductive triples"):
+    knowledge_graph.load_knowledge_graph(os.fspath(directory), data_dir=tfds_dir, setting="transductive")
+  with pytest.raises(ValueError, match="Unknown knowledge-graph setting 'semi'"):
+    knowledge_graph.load_knowledge_graph(os.fspath(directory), data_dir=tfds_dir, setting="semi")

@@ -15,6 +15,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from configs import blp
+import docent_jax
 from docent_jax import checkpoints
 from docent_jax.evaluation import registry as evaluators
 from docent_jax import parallel
@@ -90,6 +92,53 @@ def test_a_transductive_graph_reports_the_settings_that_apply(tfds_dir, tmp_path
   assert not [key for key in results if "transfer_" in key or "classification" in key]
   (tmp_path / "run" / "results.json").unlink()
   assert train.evaluate(config, tmp_path / "run") == pytest.approx(results, abs=1e-6)
+
+
+def _filtered_mrr(scores: np.ndarray, triples: np.ndarray, known: set[tuple[int, int, int]],
+                  candidates: np.ndarray) -> float:
+  """Filtered MRR by brute force over `scores[h, r, t]`: both directions, ties counted half (BLP's protocol)."""
+  reciprocal = []
+  for h, r, t in triples:
+    for target, row, truth in ((t, scores[h, r, :], lambda c: (h, r, c)), (h, scores[:, r, t], lambda c: (c, r, t))):
+      others = [c for c in candidates if c != target and truth(c) not in known]
+      higher = sum(row[c] > row[target] for c in others)
+      ties = sum(row[c] == row[target] for c in others)
+      reciprocal.append(1.0 / (1 + higher + ties / 2))
+  return float(np.mean(reciprocal))
+
+
+def test_the_transductive_setting_trains_and_ranks_the_transductive_triples(tfds_dir, tmp_path):
+  kg_dir = kg_fixtures.write_transductive_kg(tmp_path / "kg", keep_inductive=True)
+  # An entity of the inductive triples only: BLP ranks among the entities of the transductive triples.
+  with (kg_dir / "entity2text.txt").open("a") as texts:
+    texts.write("lonely\tan entity of no transductive triple\n")
+  with (kg_dir / "ind-train.tsv").open("a") as triples:
+    triples.write("lonely\trelated_to\te000\n")
+  config = blp.get_config(f"{kg_dir},transe,transductive")
+  assert "classification" not in config.evals  # Its classes follow the inductive entity split.
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  config.data.setting = "transductive"
+  config.evals = {"validation": config.evals.validation, "test": config.evals.test}
+  results = train.train_and_evaluate(config, tmp_path / "run")
+  graph = train.Trainer(config, tmp_path / "run").objective.graph
+  assert graph.name.endswith("/transductive")
+  ids = {e: i for i, e in enumerate(graph.entity_ids)}
+  relations = {r: i for i, r in enumerate(graph.relation_ids)}
+  for split, name in (("train", "train"), ("validation", "dev"), ("test", "test")):
+    lines = (kg_dir / f"{name}.tsv").read_text().splitlines()
+    assert graph.triples[split].tolist() == [[ids[h], relations[r], ids[t]] for h, r, t in map(str.split, lines)]
+  model = docent_jax.load(tmp_path / "run" / "blp_transe")
+  n, texts = graph.num_entities, graph.entity_texts
+  scores = np.stack([model.score([texts[h]] * n * len(relations), [r for r in graph.relation_ids for _ in range(n)],
+                                 texts * len(relations)).reshape(len(relations), n) for h in range(n)])
+  known = set(map(tuple, graph.all_triples().tolist()))
+  seen_by_validation = np.unique(np.concatenate([graph.triples[s][:, [0, 2]].ravel() for s in ("train", "validation")]))
+  seen = np.unique(graph.all_triples()[:, [0, 2]])
+  assert ids["lonely"] not in seen
+  assert results["blp_transe/validation/mrr"] == pytest.approx(
+      _filtered_mrr(scores, graph.triples["validation"], known, seen_by_validation), abs=1e-5)
+  assert results["blp_transe/test/mrr"] == pytest.approx(
+      _filtered_mrr(scores, graph.triples["test"], known, seen), abs=1e-5)
 
 
 def test_results_of_another_config_in_the_workdir_are_kept(trained, kg_dir, tfds_dir, tmp_path):
@@ -411,6 +460,7 @@ def test_evaluation_during_training_reaches_tensorboard_and_the_best_params_are_
   assert mrr[8] < mrr[best_step], "this run's last step must be worse than an earlier one"
   assert [p.name for p in (run_dir / "best").iterdir() if p.name.isdigit()] == [str(best_step)]
   # results.json holds the best step's validation MRR, and test numbers of the same params.
+  print("DBG", results["blp_transe/validation/mrr"], _filtered_mrr(scores, graph.triples["validation"], known, np.sort(np.concatenate([graph.entity_split["train"], graph.entity_split["validation"]]))), results["blp_transe/test/mrr"], _filtered_mrr(scores, graph.triples["test"], known, np.arange(n)), len(seen), n)
   assert results["blp_transe/validation/mrr"] == pytest.approx(mrr[best_step], abs=1e-6)
   trainer = train.Trainer(config, run_dir)
   best_params = trainer.restore_params()[0]

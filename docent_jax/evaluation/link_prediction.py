@@ -407,16 +407,17 @@ def evaluate_link_prediction(scoring_fn: relations.ScoringFunction | str, entity
 def rank_split(model: Any, graph: knowledge_graph.KnowledgeGraph, split: str = "test") -> dict[str, float]:
   """A link prediction model (`inference.link_prediction`) ranking the triples of `graph`'s `split`.
 
-  Filtered ranking among the entities known by then (validation: training and validation entities; test: all;
-  BLP's 'dynamic' setting, `<split>/mrr`, ...) and, where the split has its own unseen entities, among those only
+  Filtered ranking among the entities known by then (validation: training and validation entities; test: those of
+  every split, i.e. all but, in a transductive graph, entities of no triple; BLP's 'dynamic' setting, `<split>/mrr`, ...) and, where the split has its own unseen entities, among those only
   ('transfer', `<split>/transfer_mrr`, ...). Entities are encoded from the graph's descriptions and relations
   looked up by name, so the model may come from another run (an unknown relation is an error naming it).
   """
   # Laid out like the trainer's tables, so that each device ranks against its own rows.
   embeddings = parallel.shard_rows(model.encode_set(graph.entity_texts), model.mesh)
   relation_embeddings = model.relation_vectors(graph.relation_ids)
-  known = np.sort(np.concatenate([graph.entity_split["train"], graph.entity_split["validation"]]))
-  settings = {"": known if split == "validation" else np.arange(graph.num_entities),
+  known_by = ("train", "validation") if split == "validation" else ("train", "validation", "test")
+  known = np.sort(np.concatenate([graph.entity_split[name] for name in known_by]))
+  settings = {"": known,
               "transfer_": graph.entity_split[split]}
   if not len(settings["transfer_"]):
     logging.log_first_n(logging.INFO, "%s: no %s entity is unseen in training (a transductive split); the transfer "

@@ -46,7 +46,8 @@ class BlpObjective(base.Objective):
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)
     self.graph = knowledge_graph.load_knowledge_graph(
-        config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
+        config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir,
+        setting=config.data.get("setting", "inductive"))
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
     texts = self.graph.entity_texts
     if config.data.get("drop_stopwords", False):

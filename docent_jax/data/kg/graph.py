@@ -12,6 +12,9 @@ from docent_jax.data.kg import wikidata5m
 from docent_jax.data.kg import wordnet_kg
 
 SPLITS = kg_builders.TRIPLE_SPLITS
+# Which triples a graph's splits hold: BLP's inductive ones (unseen entities at test time), or the source's
+# transductive ones (BLP's appendix; every entity of a test triple is in training, as far as the source has it).
+SETTINGS = ("inductive", "transductive")
 BUILDERS: dict[str, type[kg_builders.KnowledgeGraphBuilder]] = {
     "wordnet_kg": wordnet_kg.WordnetKg,
     "wn18rr": kg_builders.Wn18rr,
@@ -88,7 +91,7 @@ def make_builder(dataset: str, *, data_dir: epath.PathLike | None = None,
 
 def load_knowledge_graph(dataset: str, *, data_dir: epath.PathLike | None = None,
                          manual_dir: epath.PathLike | None = None, max_entities: int | None = None,
-                         seed: int = 0) -> KnowledgeGraph:
+                         seed: int = 0, setting: str = "inductive") -> KnowledgeGraph:
   """Builds the dataset if needed (array_record under `data_dir`) and loads it.
 
   Args:
@@ -99,20 +102,34 @@ def load_knowledge_graph(dataset: str, *, data_dir: epath.PathLike | None = None
     manual_dir: the source files for 'wn18rr' / 'fb15k237' / 'wikidata5m' (downloaded when None).
     max_entities: keep a connected subgraph of this many entities.
     seed: seeds the subgraph and, for 'wordnet_kg', the entity split.
+    setting: 'inductive' (the splits the builder calls train, validation, test; their entity split) or
+      'transductive' (its transductive_* triples; an entity belongs to the first split whose triples have it,
+      so validation is ranked among train and validation entities and test among those of any triple, as in
+      BLP's code).
 
   Returns:
     The knowledge graph.
   """
+  if setting not in SETTINGS:
+    raise ValueError(f"Unknown knowledge-graph setting {setting!r}; valid: {SETTINGS}.")
   builder = make_builder(dataset, data_dir=data_dir, max_entities=max_entities, seed=seed)
   sources = tfds_loading.prepare(builder, manual_dir)
+  name = f"{builder.name}/{builder.builder_config.name}"
   entities = tfds_loading.read_columns(sources["entities"], ("id", "text", "label", "split"))
   relations = tfds_loading.read_columns(sources["relations"], ("id",))
+  prefix = "transductive_" if setting == "transductive" else ""
+  if f"{prefix}train" not in sources:
+    raise ValueError(f"{name} has no transductive triples (its source has no train.tsv / dev.tsv / test.tsv beside "
+                     "the inductive ind-*.tsv); config.data.setting 'transductive' needs them.")
   triples = {}
   for split in SPLITS:
-    columns = tfds_loading.read_columns(sources[split], ("head", "relation", "tail"))
+    columns = tfds_loading.read_columns(sources[f"{prefix}{split}"], ("head", "relation", "tail"))
     triples[split] = np.stack([columns["head"], columns["relation"], columns["tail"]], axis=1).astype(np.int32)
-  entity_split_names = np.asarray(entities["split"])
-  name = f"{builder.name}/{builder.builder_config.name}"
+  if setting == "transductive":
+    name = f"{name}/transductive"
+    entity_split_names = _first_seen_split(len(entities["id"]), triples)
+  else:
+    entity_split_names = np.asarray(entities["split"])
   graph = KnowledgeGraph(
       name=name,
       entity_ids=entities["id"],
@@ -125,3 +142,12 @@ def load_knowledge_graph(dataset: str, *, data_dir: epath.PathLike | None = None
   logging.info("Loaded %s: %d entities, %d relations, triples %s.", name, graph.num_entities,
                graph.num_relations, {split: len(t) for split, t in triples.items()})
   return graph
+
+
+def _first_seen_split(num_entities: int, triples: dict[str, np.ndarray]) -> np.ndarray:
+  """Each entity's first split (train, validation, test) with a triple that has it; none ('') for an entity in
+  no triple, which BLP does not rank."""
+  names = np.full(num_entities, "", dtype=object)
+  for split in reversed(SPLITS):
+    names[triples[split][:, [0, 2]].reshape(-1)] = split
+  return names
