@@ -89,6 +89,12 @@ def test_one_override_gives_blp_seeds_their_mean_and_std(kg_dir, tfds_dir, tmp_p
   results = train.train_and_evaluate(config, tmp_path)
   assert results["blp_transe/test/mrr"] != results["blp_transe_seed1/test/mrr"]  # Another initialisation and order.
   _seed_pairs(results, "blp_transe", "test/mrr")
+  # More seeds later: the same workdir trains only the new one.
+  config.num_seeds = 3
+  more = train.train_and_evaluate(config, tmp_path)
+  assert {key: more[key] for key in results if "@seeds" not in key} == pytest.approx(
+      {key: value for key, value in results.items() if "@seeds" not in key}, abs=1e-6)
+  assert more["blp_transe@seeds/test/num_seeds"] == 3
 
 
 def test_one_override_gives_supcon_and_its_fine_tuning_seeds_their_mean_and_std(tmp_path):

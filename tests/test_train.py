@@ -460,7 +460,6 @@ def test_evaluation_during_training_reaches_tensorboard_and_the_best_params_are_
   assert mrr[8] < mrr[best_step], "this run's last step must be worse than an earlier one"
   assert [p.name for p in (run_dir / "best").iterdir() if p.name.isdigit()] == [str(best_step)]
   # results.json holds the best step's validation MRR, and test numbers of the same params.
-  print("DBG", results["blp_transe/validation/mrr"], _filtered_mrr(scores, graph.triples["validation"], known, np.sort(np.concatenate([graph.entity_split["train"], graph.entity_split["validation"]]))), results["blp_transe/test/mrr"], _filtered_mrr(scores, graph.triples["test"], known, np.arange(n)), len(seen), n)
   assert results["blp_transe/validation/mrr"] == pytest.approx(mrr[best_step], abs=1e-6)
   trainer = train.Trainer(config, run_dir)
   best_params = trainer.restore_params()[0]
