@@ -1,10 +1,13 @@
 """The papers' own settings (`configs/*.py:...,paper`): their values, and a short CPU run of each."""
 import json
 
+import jax
+import numpy as np
 import pytest
 
 from configs import blp as blp_config
 from configs import supcon as supcon_config
+import docent_jax
 from docent_jax import train
 import kg_fixtures
 import test_supcon
@@ -60,7 +63,19 @@ def test_supcon_paper_setting_has_the_papers_values():
   assert fine_tuning.optim.learning_rate == 5e-5 and fine_tuning.optim.lr_multipliers == ()
   assert fine_tuning.evals.validation.every_steps == epoch
   assert (fine_tuning.eval.best_metric, fine_tuning.eval.best_mode) == ("validation/loss", "min")
-  assert not config.baselines
+  # R-SupCon (F): a fresh classification layer on the frozen encoder, 5 epochs.
+  head = config.finetune.head
+  assert head.objective == "pair_matching" and head.model.freeze_encoder and head.model.head_init == "fresh"
+  assert head.train.num_steps == 5 * epoch and head.optim.lr_multipliers == (("^head/", 1.0), (".", 0.0))
+  assert fine_tuning.model.head_init == "fresh" and not fine_tuning.model.get("freeze_encoder", False)
+  # (F) and (UF) without augmentation: the same stages after pre-training without it; three seeds each.
+  runs = {run.name: run for run in train.model_configs(config)}
+  assert runs["supcon_no_augmentation"].data.augmentation == ""
+  assert runs["supcon_no_augmentation_head"].model_init == "supcon_no_augmentation"
+  assert runs["supcon_no_augmentation_head"].data.augmentation == ""
+  assert {name for name in runs if name.endswith("_seed2")} == {f"{name}_seed2" for name in (
+      "supcon", "supcon_head", "supcon_trained", "supcon_no_augmentation", "supcon_no_augmentation_head",
+      "supcon_no_augmentation_trained")}
   config.model.pretrained = "/models/roberta-base"
   assert config.model.tokenizer == "/models/roberta-base"
 
@@ -95,9 +110,19 @@ def test_blp_paper_setting_runs_on_cpu_with_a_tiny_override(tmp_path, setting):
 def test_supcon_paper_setting_runs_on_cpu_with_a_tiny_override(tmp_path):
   config = _tiny(supcon_config.get_config("abt_buy,paper"), tmp_path / "tfds", max_len=16, global_batch_size=4)
   config.data.dataset = str(test_supcon.write_products(tmp_path / "products"))
-  config.finetune.trained.train.update(num_steps=4, global_batch_size=8, checkpoint_every_steps=2)
-  config.finetune.trained.evals.validation.every_steps = 2
+  config.baselines, config.num_seeds = {}, 1
+  for stage in config.finetune.values():
+    stage.train.update(num_steps=4, global_batch_size=8, checkpoint_every_steps=2)
+    stage.evals.validation.every_steps = 2
   results = train.train_and_evaluate(config, tmp_path / "run")
-  for model in ("supcon_frozen", "supcon_trained"):
+  for model in ("supcon_frozen", "supcon_head", "supcon_trained"):
     assert 0.0 <= results[f"{model}/test/f1"] <= 1.0, model
   assert (tmp_path / "run" / "supcon_trained" / "best").is_dir()
+  # (F) trained its head only: the encoder is the pre-trained one to the bit, weight decay included.
+  pretrained = docent_jax.load(tmp_path / "run" / "supcon").params
+  head_run = docent_jax.load(tmp_path / "run" / "supcon_head").params
+  trained = docent_jax.load(tmp_path / "run" / "supcon_trained").params
+  for encoder, name in ((head_run["bert"], "frozen"), (trained["bert"], "trained")):
+    same = jax.tree.leaves(jax.tree.map(lambda a, b: np.array_equal(np.asarray(a), np.asarray(b)), encoder,
+                                        pretrained["bert"]))
+    assert all(same) if name == "frozen" else not all(same), name

@@ -3,7 +3,8 @@
 Every sentence written about an entity is a training example: its BERT [CLS] must pick the entity
 out of the other entities of the global batch (in-batch negatives) or out of the whole entity table
 (full softmax, computed shard by shard). No labels are used; tags only serve the evaluation (`evaluation/`):
-zero-shot search, and tag prediction by a tag encoder fine-tuned against the frozen entity vectors
+search by tag queries the model never trained on (every movie's reviews are in pre-training: the test movies are
+a candidate pool, not unseen entities), and tag prediction by a tag encoder fine-tuned against the frozen entity vectors
 (`tag_finetuning`), beside BM25, bag-of-sentences, tag-popularity and TF-IDF baselines.
 """
 from typing import Any
@@ -50,7 +51,7 @@ def review_evaluation(corpus: review_corpus.ReviewCorpus,
 
 
 class DocentDualObjective(base.Objective):
-  """Sentence -> entity classification with a scaled-cosine dual encoder; zero-shot search evaluation."""
+  """Sentence -> entity classification with a scaled-cosine dual encoder; evaluated by tag-query search."""
 
   model_class = movies.DualMovieModel
 

@@ -5,8 +5,9 @@ Each review sentence s of entity e becomes `[CLS] e [SEP] s [SEP]`. Word pieces 
 `loss.entity_mask_rate` of the examples; both are predicted by one softmax over word pieces and
 entities (the entity part computed shard by shard over the row-sharded entity table).
 Loss = L_E (masked entities) + `loss.mlm_weight` * L_MLM (masked word pieces). Evaluation:
-zero-shot movie search by P(e | query) from `[CLS] [MASK] [SEP] query [SEP]`, and tag prediction on
-the held-out movies by a binary classifier on [CLS] of `[CLS] e [SEP] tag [SEP]`, fine-tuned with the
+movie search by P(e | query) from `[CLS] [MASK] [SEP] query [SEP]` (queries never trained on; every movie's
+reviews are pre-trained on), and tag prediction on the test movies (tags held out from the scorer's training, not
+reviews from pre-training) by a binary classifier on [CLS] of `[CLS] e [SEP] tag [SEP]`, fine-tuned with the
 entity rows fixed (`models.tag_scorers`).
 """
 from typing import Any
@@ -36,7 +37,7 @@ def max_predictions(length: int, rate: float) -> int:
 
 
 class DocentFullObjective(base.Objective):
-  """Masked prediction of word pieces and entity tokens; zero-shot search and tag prediction evaluation."""
+  """Masked prediction of word pieces and entity tokens; evaluated by tag-query search and tag prediction."""
 
   model_class = movies.FullMovieModel
 

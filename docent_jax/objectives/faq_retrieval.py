@@ -5,8 +5,8 @@ by the scaled cosine of mean-pooled encoder vectors; the loss is the cross-entro
 among them. The negatives of a query are fixed before training: `loss.negatives = 'retrieved'` takes the
 questions the pretrained encoder (`model.pretrained`, as shipped) ranks highest besides the right one,
 Li & Zhao's retrieval-based negatives; 'random' draws them uniformly with the run's seed. The encoder
-starts from the pretrained one, or from another run's (`model_init`, e.g. the multi-task model: the
-paper's multi-task-then-FAQ recipe).
+starts from the pretrained one, or from another run's (`model_init`: e.g. the multi-task model, or an NLI-only
+one, the paper's best recipe: NLI fine-tuning, then FAQ, with XLNet; with BERT, NLI first hurt).
 
 The `faq_retrieval` evaluator (`evaluation/`) ranks every FAQ question for each query of a split: `<split>/top1`
 and `<split>/mrr`, by the encoder, or by the lexical baselines (`scorer='tfidf'` or `'bm25'`).

@@ -3,7 +3,8 @@
   * `pair_matching`: the bi-encoder `PairClassifier` (mean-pooled BERT per offer, a logistic head on
     [u, v, |u - v|, u * v]). It fine-tunes the encoder of the run it starts from (`model_init`, e.g.
     a SupCon pre-training); with `model.head_init = 'probe'` its head starts at that encoder's
-    linear probe (linear probing, then fine-tuning), else fresh (see `fresh_head`).
+    linear probe (linear probing, then fine-tuning), else fresh (see `fresh_head`). With
+    `model.freeze_encoder` only the head trains: the paper's frozen setting (F).
   * `cross_encoder`: BERT over `[CLS] a [SEP] b [SEP]` and the same head, from the pretrained BERT:
     the baseline without contrastive pre-training.
 Both train on the labelled training pairs with binary cross-entropy (batches reshuffled each epoch)
@@ -108,6 +109,10 @@ class PairMatchingObjective(base.Objective):
                                     seed=seed)
 
   def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    if self.config.model.get("freeze_encoder", False):
+      # Peeters & Bizer's frozen setting (F): only the head learns, so no gradient is computed for the encoder.
+      # Its params stay as they are only if the optimizer does not decay them either (`frozen_head_training`).
+      params = {name: value if name == "head" else jax.lax.stop_gradient(value) for name, value in params.items()}
     logits = self.module.apply({"params": params}, batch["inputs"], deterministic=False, rngs={"dropout": rng})
     labels = batch["label"].astype(jnp.float32)
     loss = optax.sigmoid_binary_cross_entropy(logits, labels).mean()
