@@ -29,6 +29,8 @@ flags.DEFINE_bool("force", False, "--mode=evaluate: evaluate a run that never fi
                   "missing, on the params it has; its results carry <model>/forced/step.")
 flags.DEFINE_bool("resume_preempted", False, "The job that trained in this workdir is gone with its hosts (a "
                   "preempted TPU VM): take over the training locks it left on other hosts.")
+flags.DEFINE_list("runs", [], "Only these runs of the config (e.g. supcon,supcon_trained: a model and the stage it "
+                  "starts; their seeds come with them); default: every run.")
 flags.DEFINE_bool("multihost", False, "Join a multi-process runtime detected from the environment (TPU pods).")
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0, to join a runtime explicitly.")
 flags.DEFINE_integer("num_processes", None, "Number of processes (with --coordinator_address).")
@@ -75,9 +77,10 @@ def main(argv: list[str]) -> None:
                jax.devices()[0].platform, FLAGS.workdir)
   try:
     if FLAGS.mode == "train":
-      train.train_and_evaluate(FLAGS.config, FLAGS.workdir, take_over_other_hosts=FLAGS.resume_preempted)
+      train.train_and_evaluate(FLAGS.config, FLAGS.workdir, take_over_other_hosts=FLAGS.resume_preempted,
+                               runs=FLAGS.runs)
     else:
-      train.evaluate(FLAGS.config, FLAGS.workdir, force=FLAGS.force)
+      train.evaluate(FLAGS.config, FLAGS.workdir, force=FLAGS.force, runs=FLAGS.runs)
   except train.Preempted as stop:
     logging.error("%s", stop)
     sys.exit(EXIT_PREEMPTED)

@@ -12,9 +12,10 @@ and for a model run over seeds (`num_seeds`: `<model>_seed<N>`) the mean and sta
 import collections
 import contextlib
 import json
+import re
 import signal
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from absl import logging
 from clu import metric_writers
@@ -41,6 +42,7 @@ from docent_jax.inference import model as inference_model
 from docent_jax.inference import protocol
 
 RESULTS_FILE = "results.json"
+_SEED_SUFFIX = re.compile(r"_seed\d+$")
 FORCED_KEY = "forced/step"  # `<model>/forced/step` in results.json: the step of params evaluated with --force.
 
 
@@ -443,10 +445,29 @@ def _seed_runs(runs: list[ml_collections.ConfigDict], offset: int) -> list[ml_co
   return seeded
 
 
+def selected_runs(runs: list[ml_collections.ConfigDict], names: Sequence[str]) -> list[ml_collections.ConfigDict]:
+  """The runs named in `names` (all when empty), each with its seeds (`<name>_seed<N>`); a run whose parent
+  (`model_init`, a run of this config) is left out is an error naming it, as is a name the config has not."""
+  if not names:
+    return runs
+  base_name = lambda run: _SEED_SUFFIX.sub("", run.name)
+  unknown = sorted(set(names) - {base_name(run) for run in runs})
+  if unknown:
+    raise ValueError(f"--runs {', '.join(unknown)}: not a run of this config; its runs: "
+                     f"{', '.join(dict.fromkeys(base_name(run) for run in runs))}.")
+  kept = [run for run in runs if base_name(run) in names]
+  all_names, kept_names = {run.name for run in runs}, {run.name for run in kept}
+  for run in kept:
+    if run.get("model_init") in all_names and run.model_init not in kept_names:
+      raise ValueError(f"--runs: {run.name} starts from {run.model_init}, which is left out; add "
+                       f"{_SEED_SUFFIX.sub('', run.model_init)}.")
+  return kept
+
+
 def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, train: bool, force: bool = False,
-         take_over_other_hosts: bool = False) -> dict[str, float]:
+         take_over_other_hosts: bool = False, runs: Sequence[str] = ()) -> dict[str, float]:
   workdir = checkpoints.as_path(workdir)
-  runs = model_configs(config)
+  runs = selected_runs(model_configs(config), runs)
   transfer = not train and config.get("model_init") and config.model_init not in {run.name for run in runs}
   if transfer:
     runs = [_transfer_config(config)]
@@ -532,20 +553,22 @@ def _model_init(model_init: str, workdir: epath.Path, reported: dict[str, protoc
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike,
-                       take_over_other_hosts: bool = False) -> dict[str, float]:
-  """Trains (or resumes) every run of the config, evaluates each and writes results.json.
+                       take_over_other_hosts: bool = False, runs: Sequence[str] = ()) -> dict[str, float]:
+  """Trains (or resumes) every run of the config (or the `runs` named, see `selected_runs`), evaluates each and
+  writes results.json.
 
   `take_over_other_hosts`: the job that held the runs' training locks is gone with its hosts (a preempted
   TPU VM), so their locks are taken over.
   """
-  return _run(config, workdir, train=True, take_over_other_hosts=take_over_other_hosts)
+  return _run(config, workdir, train=True, take_over_other_hosts=take_over_other_hosts, runs=runs)
 
 
-def evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, force: bool = False) -> dict[str, float]:
+def evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, force: bool = False,
+             runs: Sequence[str] = ()) -> dict[str, float]:
   """Recomputes the evaluation of the params each run reported (the best where the config selects them),
   training nothing. A run that never finished, or whose best params are missing, is refused unless `force`;
   forced results carry `<model>/forced/step`."""
-  return _run(config, workdir, train=False, force=force)
+  return _run(config, workdir, train=False, force=force, runs=runs)
 
 
 def read_results(workdir: str | epath.PathLike) -> dict[str, float]:

@@ -115,3 +115,16 @@ def test_one_override_gives_docent_and_its_tag_stage_seeds_their_mean_and_std(re
   results = train.train_and_evaluate(config, tmp_path)
   _seed_pairs(results, "docent_dual", "test/search_mrr")
   _seed_pairs(results, "docent_dual", "test/tags_map")  # The tag stage reports under its model.
+
+
+def test_runs_selects_models_and_stages_with_their_seeds():
+  config = supcon_config.get_config("abt_buy")
+  config.num_seeds = 2
+  runs = train.model_configs(config)
+  chosen = train.selected_runs(runs, ["supcon", "supcon_trained"])
+  assert [run.name for run in chosen] == ["supcon", "supcon_trained", "supcon_seed1", "supcon_trained_seed1"]
+  assert train.selected_runs(runs, []) == runs
+  with pytest.raises(ValueError, match="supcon_trained starts from supcon, which is left out; add supcon"):
+    train.selected_runs(runs, ["supcon_trained"])
+  with pytest.raises(ValueError, match="--runs supcon_seed1, trained: not a run of this config; its runs: supcon, "):
+    train.selected_runs(runs, ["trained", "supcon_seed1"])
