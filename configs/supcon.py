@@ -2,14 +2,14 @@
 
 get_config("DATASET[,SETTING]"): abt_buy (default), wdc_computers_small, wdc_computers_medium, or a directory
 in the DeepMatcher layout (tableA.csv, tableB.csv, train.csv, valid.csv, test.csv); SETTING `paper` selects
-the paper's own training setting and its four pair classifiers over three seeds (abt_buy; see
-`paper_setting`), `sampling` the source-aware against mixed
-sampling curve (see `sampling_setting`), `cross_encoder` the cross-encoder baseline alone over three seeds (see
-`cross_encoder_setting`). The main model
-is SupCon with source-aware sampling; its pair classifier is reported with the encoder frozen
-(`supcon_frozen`: a logistic regression on the pre-trained offer vectors) and trained (`supcon_trained`:
-a fine-tuning run that starts from the pre-trained params). The baselines are self-supervised
-pre-training, mixed sampling and a cross-encoder without pre-training. Examples:
+the paper's own training setting and its four pair classifiers over three seeds (abt_buy; see `paper_setting`),
+`sampling` the source-aware against mixed sampling curve (see `sampling_setting`), `cross_encoder` the
+cross-encoder baseline alone over three seeds (see `cross_encoder_setting`). The main model is SupCon with
+source-aware sampling; its pair classifier is reported with the encoder frozen, as a logistic regression on the
+pre-trained offer vectors (`supcon_frozen`) and as the paper's classification layer trained on the frozen
+encoder (`supcon_head`, R-SupCon (F)), and with the encoder trained (`supcon_trained`, (UF): a fine-tuning run
+that starts from the pre-trained params). The baselines are self-supervised pre-training, mixed sampling and a
+cross-encoder without pre-training. Examples:
   --config=configs/supcon.py:abt_buy
   --config=configs/supcon.py:/data/my_deepmatcher_dataset
   --config=configs/supcon.py:abt_buy,paper --config.model.pretrained=/models/roberta-base
@@ -53,10 +53,10 @@ def pair_classifier_training(num_steps) -> dict:
 def frozen_head_training(num_steps) -> dict:
   """Peeters & Bizer's frozen setting (F): a fresh classification layer trained with binary cross-entropy on the
   frozen encoder (no gradient into it, and no update: the optimizer scales every other param's update by 0, weight
-  decay included), otherwise as `pair_classifier_training`."""
+  decay included), otherwise as `pair_classifier_training` (the head at its rate)."""
   stage = pair_classifier_training(num_steps)
   stage["model"] = dict(freeze_encoder=True, head_init="fresh")
-  stage["optim"]["lr_multipliers"] = (("^head/", 1.0), (".", 0.0))
+  stage["optim"]["lr_multipliers"] = (*stage["optim"]["lr_multipliers"], (".", 0.0))
   return stage
 
 
@@ -97,8 +97,10 @@ def get_config(arg: str = "abt_buy") -> ml_collections.ConfigDict:
   probe = common.evaluator("pair_probe", c_values=(0.01, 0.1, 1.0, 10.0, 100.0))
   config.evals = ml_collections.ConfigDict(dict(frozen=dict(probe, report_as="supcon_frozen")))
   # The trained encoder's: a fine-tuning run (`supcon_trained`) from the pre-trained params.
+  # The paper's frozen classifier, R-SupCon (F): a fresh head trained on the frozen encoder (`supcon_head`).
   config.finetune = ml_collections.ConfigDict(dict(
-      trained=dict(objective="pair_matching", **pair_classifier_training(FINETUNE_STEPS))))
+      trained=dict(objective="pair_matching", **pair_classifier_training(FINETUNE_STEPS)),
+      head=dict(objective="pair_matching", **frozen_head_training(FINETUNE_STEPS))))
 
   config.mesh = common.mesh()
 
@@ -162,8 +164,7 @@ def _paper_classifier(epochs: int, epoch: int, *, frozen: bool) -> dict:
   stage["objective"] = "pair_matching"
   stage["model"] = dict(stage.get("model", {}), head_init="fresh")
   stage["optim"].update(learning_rate=5e-5, warmup_steps=num_steps // 20, weight_decay=0.01)
-  if not frozen:
-    stage["optim"]["lr_multipliers"] = ()
+  stage["optim"]["lr_multipliers"] = (("^head/", 1.0), (".", 0.0)) if frozen else ()
   stage["train"].update(global_batch_size=64, checkpoint_every_steps=epoch)
   stage["evals"]["validation"]["every_steps"] = epoch
   stage["eval"] = dict(best_metric="validation/loss", best_mode="min")
@@ -174,8 +175,8 @@ def sampling_setting(config: ml_collections.ConfigDict, dataset: str) -> ml_coll
   """Source-aware against mixed sampling over a longer pre-training (the paper reports the drop without
   source-aware sampling, Abt-Buy F1 93.70 -> 38.24, Amazon-Google 79.28 -> 42.44): SupCon with source-aware and
   with mixed sampling, 1,000 steps each (`train.num_steps`), each probed with the frozen
-  encoder every 200 steps (`evals.frozen.every_steps`, TensorBoard `test/f1`) and given the trained pair
-  classifier at the end. The other baselines are left out."""
+  encoder every 200 steps (`evals.frozen.every_steps`, TensorBoard `test/f1`) and given the trained and the
+  frozen-encoder pair classifiers at the end. The other baselines are left out."""
   if "supcon_mixed" not in config.baselines:
     raise ValueError(f"configs/supcon.py: {dataset!r} has one source, so mixed sampling is source-aware sampling.")
   config.train.update(num_steps=1_000, checkpoint_every_steps=200)

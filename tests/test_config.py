@@ -58,7 +58,8 @@ def test_supcon_cross_encoder_budget_follows_the_pre_training_steps():
 def test_supcon_runs_each_fine_tuning_after_the_model_it_starts_from():
   runs = train.model_configs(supcon.get_config("abt_buy"))
   assert [(c.name, c.objective, c.get("model_init", "")) for c in runs] == [
-      ("supcon", "supcon", ""), ("supcon_trained", "pair_matching", "supcon"), ("cross_encoder", "cross_encoder", ""),
+      ("supcon", "supcon", ""), ("supcon_head", "pair_matching", "supcon"), ("supcon_trained", "pair_matching", "supcon"),
+      ("cross_encoder", "cross_encoder", ""),
       ("self_supervised", "supcon", ""), ("supcon_mixed", "supcon", "")]
   by_name = {c.name: c for c in runs}
   # A stage's evaluations replace its model's: the fine-tuned classifier is scored, not probed again.
@@ -85,7 +86,8 @@ def test_supcon_sampling_curve_probes_both_samplings_as_often_under_their_own_na
   config.evals.frozen.every_steps = 250
   config.train.num_steps = 1_500
   runs = {c.name: c for c in train.model_configs(config)}
-  assert sorted(runs) == ["supcon", "supcon_mixed", "supcon_mixed_trained", "supcon_trained"]
+  assert sorted(runs) == ["supcon", "supcon_head", "supcon_mixed", "supcon_mixed_head", "supcon_mixed_trained",
+                          "supcon_trained"]
   assert [runs[name].data.source_aware for name in ("supcon", "supcon_mixed")] == [True, False]
   assert [runs[name].evals.frozen.every_steps for name in ("supcon", "supcon_mixed")] == [250, 250]
   assert [runs[name].train.num_steps for name in ("supcon", "supcon_mixed")] == [1_500, 1_500]
