@@ -1,14 +1,19 @@
-"""Analogy evaluation: candidates against a naive per-question reference, their file, answering on hand-made 2-D
-vectors, the cross-level mapping of candidates, and accuracies, PPR and PNR computed by hand."""
+"""Analogy evaluation: candidates against a naive per-question reference, the real vocabulary they come from (a
+tiny WordPiece vocabulary, and MiniLM's), their file and its protocol digest, answering on hand-made 2-D vectors,
+the frames and cross-level mapping of candidates, and accuracies, PPR and PNR computed by hand."""
 import json
 import re
 
+from etils import epath
+import ml_collections
 import numpy as np
 import pytest
+import transformers
 
 from docent_jax.data import io
 from docent_jax.data.universal import analogies as analogy_sets
 from docent_jax.evaluation import analogies
+from docent_jax.inference import text_encoder
 
 NUM_ITEMS, DIM, NUM_QUESTIONS = 40, 8, 30
 
@@ -92,27 +97,165 @@ def test_candidates_refuse_what_breaks_the_protocol(reference):
     analogies.closed_vocabulary_candidates(questions[:1], vocabulary[:7], vectors[:7])
 
 
+PROTOCOL = analogies.candidate_protocol_digest("reference", "tokenizer", ["w0", "w1"])
+
+
 def test_candidate_file_round_trips_and_refuses_other_questions(reference, tmp_path):
   questions, vocabulary, vectors = reference
   candidates = analogies.closed_vocabulary_candidates(questions, vocabulary, vectors)
   path = tmp_path / "made" / "candidates.json"
-  analogies.write_candidates(path, questions, candidates)
-  assert analogies.read_candidates(path, questions) == candidates
+  analogies.write_candidates(path, questions, candidates, PROTOCOL)
+  assert analogies.read_candidates(path, questions, PROTOCOL) == candidates
   for other_questions in (questions[:-1], [_question("family", question.items) for question in questions]):
-    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} holds the candidates of other questions \(30 "):
-      analogies.read_candidates(path, other_questions)
+    with pytest.raises(analogies.StaleCandidatesError,
+                       match=rf"^{re.escape(str(path))} holds the candidates of other questions \(30 "):
+      analogies.read_candidates(path, other_questions, PROTOCOL)
   path.write_text(json.dumps({"candidates": [list(c) for c in candidates]}))
   with pytest.raises(io.DataFormatError, match=rf"^{re.escape(str(path))}: not a file of analogy candidates"):
-    analogies.read_candidates(path, questions)
+    analogies.read_candidates(path, questions, PROTOCOL)
+
+
+def test_candidate_file_of_another_protocol_is_stale(reference, tmp_path):
+  questions, vocabulary, vectors = reference
+  candidates = analogies.closed_vocabulary_candidates(questions, vocabulary, vectors)
+  path = tmp_path / "candidates.json"
+  analogies.write_candidates(path, questions, candidates, PROTOCOL)
+  other = analogies.candidate_protocol_digest("reference", "tokenizer", ["w0", "w1"], num_candidates=4)
+  with pytest.raises(analogies.StaleCandidatesError, match=rf"made by another protocol \(digest {PROTOCOL}\)"):
+    analogies.read_candidates(path, questions, other)
+  # A file of the protocol before the digest was recorded (candidates from the question words only).
+  path.write_text(json.dumps({"questions_digest": json.loads(path.read_text())["questions_digest"],
+                              "num_questions": len(questions), "candidates": [list(c) for c in candidates]}))
+  with pytest.raises(analogies.StaleCandidatesError, match=r"made by another protocol \(digest None\)"):
+    analogies.read_candidates(path, questions, PROTOCOL)
+
+
+def test_protocol_digest_covers_what_makes_candidates():
+  digests = {analogies.candidate_protocol_digest("reference", "tokenizer", ["w0", "w1"]),
+             analogies.candidate_protocol_digest("reference", "tokenizer", ["w0", "w1"], num_candidates=4),
+             analogies.candidate_protocol_digest("reference", "tokenizer", ["w0", "w2"]),
+             analogies.candidate_protocol_digest("reference", "tokenizer", ["w1", "w0"]),
+             analogies.candidate_protocol_digest("other", "tokenizer", ["w0", "w1"]),
+             analogies.candidate_protocol_digest("reference", "other", ["w0", "w1"])}
+  assert len(digests) == 6
+  assert analogies.candidate_protocol_digest("reference", "tokenizer", ["w0", "w1"]) == PROTOCOL
 
 
 def test_candidate_file_on_gs(reference, gcs_bucket):
   questions, vocabulary, vectors = reference
   _, opened = gcs_bucket
   candidates = analogies.closed_vocabulary_candidates(questions, vocabulary, vectors)
-  analogies.write_candidates("gs://bucket/analogies/candidates.json", questions, candidates)
-  assert analogies.read_candidates("gs://bucket/analogies/candidates.json", questions) == candidates
+  analogies.write_candidates("gs://bucket/analogies/candidates.json", questions, candidates, PROTOCOL)
+  assert analogies.read_candidates("gs://bucket/analogies/candidates.json", questions, PROTOCOL) == candidates
   assert opened == ["gs://bucket/analogies/candidates.json"] * 2
+
+
+# A WordPiece vocabulary (uncased, as MiniLM's): its whole words are the entries of letters only, not the special
+# and unused tokens, punctuation, numbers, '##' pieces or other scripts' characters.
+TINY_VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]", "!", "7", "##s", "##nard", "\u65e5",
+                   "paris", "france", "rome", "italy", "spain", "ox", "california", "capital", "the"]
+TINY_WHOLE_WORDS = TINY_VOCABULARY[11:]
+TINY_QUESTIONS = [_question("capital-common-countries", ("Paris", "France", "Rome", "Italy")),
+                  # 'Oxnard' is two pieces (ox ##nard), 'Boston Globe' unknown words: rows of their own.
+                  _question("city-in-state", ("Paris", "France", "Oxnard", "California")),
+                  _question("capital-world", ("Rome", "Italy", "Paris", "Boston Globe"))]
+
+
+@pytest.fixture
+def tiny_tokenizer(tmp_path):
+  path = tmp_path / "vocab.txt"
+  path.write_text("\n".join(TINY_VOCABULARY) + "\n")
+  return transformers.BertTokenizer(str(path))
+
+
+def test_whole_words_of_a_wordpiece_vocabulary(tiny_tokenizer):
+  assert analogies.whole_words(tiny_tokenizer) == {TINY_VOCABULARY.index(word): word for word in TINY_WHOLE_WORDS}
+
+
+def test_candidate_vocabulary_is_the_whole_words_and_the_other_question_items(tiny_tokenizer):
+  # Whole words in id order, written as the questions write them; then the items that are no whole word.
+  assert analogies.candidate_vocabulary(TINY_QUESTIONS, tiny_tokenizer) == [
+      "Paris", "France", "Rome", "Italy", "spain", "ox", "California", "capital", "the", "Boston Globe", "Oxnard"]
+
+
+def test_candidates_come_from_words_outside_the_questions(tiny_tokenizer):
+  """A static reference over the tiny vocabulary (each word piece's row made by hand) ranks 'spain', in no
+  question, first for France - Paris + Rome, and the answer 'Italy' last of all: it takes the 5th place."""
+  rows = {"paris": (1, 0, 0), "france": (1, 1, 0), "rome": (0, 0, 1), "spain": (-0.3, 0.7, 1), "capital": (0, 1, 1),
+          "the": (0, 1, 0.5), "ox": (0.2, 0.5, 0.9), "##nard": (0, 0.2, 1), "california": (1, 0, 0.3),
+          "italy": (-1, -1, -1)}
+  table = np.random.default_rng(0).normal(size=(len(TINY_VOCABULARY), 3))
+  for piece, row in rows.items():
+    table[TINY_VOCABULARY.index(piece)] = row
+  reference_model = text_encoder.StaticWordPieceModel(
+      ml_collections.ConfigDict({"name": "tiny_reference"}), {}, table, tokenizer=tiny_tokenizer)
+  vocabulary = analogies.candidate_vocabulary(TINY_QUESTIONS, tiny_tokenizer)
+  vectors = reference_model.encode(vocabulary)
+  np.testing.assert_allclose(vectors[vocabulary.index("Oxnard")], (0.1, 0.35, 0.95))
+  candidates = analogies.closed_vocabulary_candidates(TINY_QUESTIONS, vocabulary, vectors)
+  assert candidates == _naive_candidates(TINY_QUESTIONS, vocabulary, vectors, analogies.NUM_CANDIDATES)
+  assert candidates[0][0] == "spain" and candidates[0][-1] == "Italy"
+  # Cosines with France - Paris + Rome: spain 1.00, capital 0.96, Oxnard 0.91, ox 0.90, the 0.86, ...
+  assert candidates[0] == ("spain", "capital", "Oxnard", "ox", "Italy")
+  question_items = {item for question in TINY_QUESTIONS for item in question.items}
+  assert all(set(question_candidates) - question_items for question_candidates in candidates)
+
+
+WORD_QUESTIONS = """\
+: capital-common-countries
+Athens Greece Paris France
+Paris France Rome Italy
+Rome Italy Athens Greece
+: gram3-comparative
+big bigger small smaller
+small smaller cold colder
+cold colder big bigger
+"""
+PHRASE_QUESTIONS = """\
+: newspapers
+Boston Boston_Globe Chicago Chicago_Tribune
+Chicago Chicago_Tribune Denver Denver_Post
+Denver Denver_Post Boston Boston_Globe
+"""
+
+
+def test_question_sets_remake_the_candidates_of_an_earlier_protocol(tmp_path):
+  """MiniLM as the reference: a kept file of the earlier protocol (no protocol digest; candidates among the
+  question words only) is made anew over MiniLM's whole words; a file of this protocol is read as it is."""
+  (tmp_path / "analogy").mkdir()
+  (tmp_path / analogies.ANALOGY_FILES["words"]).write_text(WORD_QUESTIONS)
+  (tmp_path / analogies.ANALOGY_FILES["phrases"]).write_text(PHRASE_QUESTIONS)
+  words = analogy_sets.read_analogies(tmp_path / analogies.ANALOGY_FILES["words"])
+  question_words = {item for question in words for item in question.items}
+  earlier = [(question.items[3], *sorted(question_words - set(question.items))[:4]) for question in words]
+  path = tmp_path / "candidates" / "words_minilm-l6.json"
+  analogies.write_candidates(path, words, earlier, "unused")
+  record = json.loads(path.read_text())
+  del record["protocol_digest"]  # As files were written before they recorded their protocol.
+  path.write_text(json.dumps(record))
+  directories = (epath.Path(tmp_path), epath.Path(tmp_path / "candidates"), "minilm-l6", "minilm-l6")
+
+  analogies.question_sets.cache_clear()
+  sets = analogies.question_sets(*directories)
+  made = sets["word"].candidates
+  assert made != earlier
+  assert all(set(candidates) - question_words for candidates in made)  # Real words beyond the questions'.
+  tokenizer = text_encoder.static_word_pieces("minilm-l6", "minilm-l6").tokenizer
+  vocabulary = analogies.candidate_vocabulary(words, tokenizer)
+  assert len(vocabulary) > 20_000
+  protocol = analogies.candidate_protocol_digest("minilm-l6", "minilm-l6", vocabulary)
+  assert analogies.read_candidates(path, words, protocol) == made
+  assert [candidates[0] for candidates in sets["sentence"].candidates] == [
+      analogy_sets.item_version(question.section, candidates[0], "sentence", analogies.ANSWER_POSITION)
+      for question, candidates in zip(words, made)]
+  phrase_items = {item for question in sets["phrase_set"].questions for item in question.items}
+  assert all(set(candidates) - phrase_items for candidates in sets["phrase_set"].candidates)
+
+  reordered = [candidates[::-1] for candidates in made]
+  analogies.write_candidates(path, words, reordered, protocol)
+  analogies.question_sets.cache_clear()
+  assert analogies.question_sets(*directories)["word"].candidates == reordered
+  analogies.question_sets.cache_clear()
 
 
 # man : king :: woman : ? in 2-D. Only over unit vectors is b - a + c = (-2, 1), the direction of 'queen':
@@ -155,12 +298,12 @@ def test_level_candidates_keep_the_alignment():
   word_candidates = [("Iran", "Iraq", "Syria"), ("her", "woman", "she")]
   aligned = analogy_sets.phrase_and_sentence_versions(words)
   phrase_candidates = analogies.level_candidates(words, aligned.phrases, word_candidates, "phrase")
-  assert phrase_candidates == [("a flight to Iran", "a flight to Iraq", "a flight to Syria"),
-                               ("a photo of her family", "a photo of the woman", "a photo of her")]
+  assert phrase_candidates == [("a postcard from Iran", "a postcard from Iraq", "a postcard from Syria"),
+                               ("a letter from her family", "a letter from the woman", "a letter from her")]
   sentence_candidates = analogies.level_candidates(words, aligned.sentences, word_candidates, "sentence")
-  assert sentence_candidates[1] == ("Everyone in the village knew her family well.",
-                                    "Everyone in the village knew the woman well.",
-                                    "Everyone in the village knew her well.")
+  assert sentence_candidates[1] == ("We got a long letter from her family yesterday.",
+                                    "We got a long letter from the woman yesterday.",
+                                    "We got a long letter from her yesterday.")
   word_gold = analogies.analogy_texts(words, word_candidates).gold_positions
   for level_questions, candidates in ((aligned.phrases, phrase_candidates), (aligned.sentences, sentence_candidates)):
     np.testing.assert_array_equal(analogies.analogy_texts(level_questions, candidates).gold_positions, word_gold)
@@ -171,8 +314,25 @@ def test_level_candidates_keep_the_alignment():
     analogies.level_candidates(words, aligned.sentences, word_candidates, "phrase")
   with pytest.raises(ValueError, match=r"Got 2 word questions, 1 phrase questions and 2 candidate lists"):
     analogies.level_candidates(words, aligned.phrases[:1], word_candidates, "phrase")
-  with pytest.raises(ValueError, match=r"Unknown frame 'paragraph'"):
+  with pytest.raises(ValueError, match=r"Unknown level 'paragraph'"):
     analogies.level_candidates(words, aligned.phrases, word_candidates, "paragraph")
+
+
+@pytest.mark.parametrize("level", analogy_sets.FRAMES)
+def test_the_pairs_of_a_question_and_the_candidates_take_their_frames(level):
+  """a and b share one frame, c, d and d's candidates another: the frame of a and b cancels in b - a, and no frame
+  is common to all four items. Every section's question is 'x : y :: x : z', so that a and c are one word."""
+  for section, template in analogy_sets.TEMPLATES.items():
+    first, second = getattr(template, level)
+    assert first != second, section
+    word = _question(section, ("calm", "Calm", "calm", "Calmly"))
+    [version] = getattr(analogy_sets.phrase_and_sentence_versions([word]), f"{level}s")
+    a, b, c, d = version.items
+    assert a != c, (section, a)
+    assert (a, b) == (first.format(template.slot("calm")), first.format(template.slot("Calm")))
+    assert (c, d) == (second.format(template.slot("calm")), second.format(template.slot("Calmly")))
+    [candidates] = analogies.level_candidates([word], [version], [("Calm", "Calmly", "calm")], level)
+    assert candidates == (second.format(template.slot("Calm")), d, c)
 
 
 SECTION_QUESTIONS = [_question(section, ("a", "b", "c", "d")) for section in (

@@ -176,26 +176,27 @@ def test_analogy_format_errors_name_file_and_line(tmp_path, text, line, message)
     analogies.read_analogies(path)
 
 
-def _in_one_frame(words: analogies.AnalogyQuestion, version: analogies.AnalogyQuestion, frame: str) -> bool:
-  """Whether each item of `version` is `frame` filled with its word (so the four items differ in the words only)."""
+def _in_their_frames(words: analogies.AnalogyQuestion, version: analogies.AnalogyQuestion, level: str) -> bool:
+  """Whether a and b of `version` are the level's first frame filled with their words, and c and d its second."""
   template = analogies.TEMPLATES[words.section]
-  return version.items == tuple(frame.format(template.slot(word)) for word in words.items)
+  first, second = getattr(template, level)
+  return version.items == (*(first.format(template.slot(word)) for word in words.items[:2]),
+                           *(second.format(template.slot(word)) for word in words.items[2:]))
 
 
-def test_phrase_and_sentence_versions_keep_one_frame_per_question(tmp_path):
+def test_phrase_and_sentence_versions_put_each_pair_in_its_own_frame(tmp_path):
   words = analogies.read_analogies(write(tmp_path / "questions.txt", ANALOGIES))
   aligned = analogies.phrase_and_sentence_versions(words)
   assert aligned.words == words
   assert [q.items for q in aligned.phrases] == [
-      ("a flight to Athens", "a flight to Greece", "a flight to Baghdad", "a flight to Iraq"),
-      ("a photo of the boy", "a photo of the girl", "a photo of him", "a photo of her"),
-      ("a photo of his family", "a photo of her family", "a photo of the brother", "a photo of the sister"),
-      ("a story about the banana", "a story about the bananas", "a story about the mouse", "a story about the mice")]
+      ("a flight to Athens", "a flight to Greece", "a postcard from Baghdad", "a postcard from Iraq"),
+      ("a photo of the boy", "a photo of the girl", "a letter from him", "a letter from her"),
+      ("a photo of his family", "a photo of her family", "a letter from the brother", "a letter from the sister"),
+      ("a story about the banana", "a story about the bananas", "a picture of the mouse", "a picture of the mice")]
   assert aligned.sentences[0].items[0] == "She flew to Athens last spring."
   for word, phrase, sentence in zip(aligned.words, aligned.phrases, aligned.sentences):
     assert (phrase.section, phrase.semantic) == (sentence.section, sentence.semantic) == (word.section, word.semantic)
-    template = analogies.TEMPLATES[word.section]
-    assert _in_one_frame(word, phrase, template.phrase) and _in_one_frame(word, sentence, template.sentence)
+    assert _in_their_frames(word, phrase, "phrase") and _in_their_frames(word, sentence, "sentence")
 
 
 def test_phrase_versions_need_a_template(tmp_path):
@@ -219,7 +220,7 @@ def test_real_analogy_files(shared_data_dir):
   for word, phrase, sentence in zip(words, aligned.phrases, aligned.sentences):
     # Distinct words stay distinct phrases and sentences, so no question gives its answer away.
     assert len(set(phrase.items)) == len(set(sentence.items)) == len(set(word.items))
-    assert _in_one_frame(word, sentence, analogies.TEMPLATES[word.section].sentence)
+    assert _in_their_frames(word, sentence, "sentence")
 
 
 # ---------------------------------------------------------------------------------------------------

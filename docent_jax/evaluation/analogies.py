@@ -6,14 +6,24 @@ that an encoder without a vocabulary of phrases or sentences can be asked the ph
 
   * `closed_vocabulary_candidates` takes them from a static reference model (an encoder's input word-piece
     table, GloVe, ...): the top 5 of a vocabulary by cos(b - a + c, x), x not a, b or c (as in the standard
-    protocol), with the answer d in place of the 5th when the reference ranks it lower. They are made once and
-    saved with a digest of their questions (`write_candidates`, `read_candidates`), so every model evaluated
-    answers the same questions, and no model's own vectors choose them.
+    protocol), with the answer d in place of the 5th when the reference ranks it lower. No model's own vectors
+    choose them, and they are made once and saved with a digest of their questions and one of the protocol that
+    made them (`write_candidates`, `read_candidates`), so every model evaluated answers the same questions and
+    candidates of an earlier protocol are made anew.
+  * The vocabulary (`candidate_vocabulary`) is a real one: the reference tokenizer's whole words (`whole_words`:
+    its vocabulary entries of letters only, no '##' continuation pieces, no special tokens), which hold the
+    inflected forms the syntactic sections ask for (plurals, past tenses, comparatives) where WordNet's lemmas
+    are base forms only. A question item the tokenizer reads as one of them takes its row, written as the
+    question writes it ('Athens'); every other item of the question file (a word of several pieces, 'Ashgabat';
+    a name of several words, 'Boston Globe' of Mikolov's phrase set) is a row of its own, its reference vector
+    the mean of its pieces, so that it can be a candidate of other questions and an answer of several pieces is
+    not the only one among its candidates.
   * Candidates are in order of descending reference score (ties by vocabulary row), so the answer stands where
     the reference ranks it, last when it replaced the 5th: its place tells the model nothing the reference
     does not. A model's tied scores go to the earlier candidate, the reference's preference.
-  * The phrase and sentence versions of a question get the versions of its word candidates, each put in the
-    question's frame (`level_candidates`): question i has the same candidates at every level.
+  * The phrase and sentence versions of a question put a and b in one frame of its section and c and d in
+    another (`analogy_sets.phrase_and_sentence_versions`); its candidates are its word candidates in the frame
+    of d (`level_candidates`): question i has the same candidates at every level.
 
 Metric keys (`analogy_metrics`), for each level ('word', 'phrase', 'sentence'), all floats in [0, 1]:
 
@@ -31,17 +41,24 @@ import functools
 import json
 from typing import Any
 
+from absl import logging
 from etils import epath
 import numpy as np
 
 from docent_jax.data import fingerprint
 from docent_jax.data import io
+from docent_jax.data import tokenization
 from docent_jax.data.universal import analogies as analogy_sets
 from docent_jax.data.universal import corpus as universal_corpus
 from docent_jax.evaluation import registry
 from docent_jax.inference import text_encoder
 
 NUM_CANDIDATES = 5
+# Part of the protocol digest of saved candidates: raised whenever the way candidates are made changes, so that
+# candidates made the earlier way are made anew. 2: a real vocabulary (`candidate_vocabulary`).
+CANDIDATE_PROTOCOL_VERSION = 2
+# The position of the answer d in a question (a, b, c, d): its candidates are put in the frame of that position.
+ANSWER_POSITION = 3
 WORD = "word"
 LEVELS = (WORD, *analogy_sets.FRAMES)
 # The most floats one block of scores or of gathered vectors holds (64 MiB of float64).
@@ -78,6 +95,51 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
     raise ValueError("Vectors hold NaN or infinite values.")
   norms = np.linalg.norm(vectors, axis=1, keepdims=True)
   return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+
+class StaleCandidatesError(ValueError):
+  """A file of candidates made for other questions, or by another protocol."""
+
+
+def whole_words(tokenizer: Any) -> dict[int, str]:
+  """The tokenizer's whole words by token id, in id order: its vocabulary entries of ASCII letters only (no
+  '##' continuation piece, special or unused token, number, punctuation or other script's character) that it
+  reads back as that one entry."""
+  special = set(tokenizer.all_special_tokens)
+  entries = sorted((token_id, token) for token, token_id in tokenizer.get_vocab().items()
+                   if token.isascii() and token.isalpha() and token not in special)
+  read = tokenization.encode(tokenizer, [token for _, token in entries], add_special_tokens=False)["input_ids"]
+  return {token_id: token for (token_id, token), ids in zip(entries, read) if ids == [token_id]}
+
+
+def candidate_vocabulary(questions: Sequence[analogy_sets.AnalogyQuestion], tokenizer: Any) -> list[str]:
+  """What the candidates of `questions` are chosen from (see the module docstring): the tokenizer's whole words,
+  each written as the first question item (in sorted order) that the tokenizer reads as that word alone where
+  there is one, then the questions' other items, sorted.
+
+  Raises:
+    ValueError: the tokenizer has no whole words.
+  """
+  words = whole_words(tokenizer)
+  if not words:
+    raise ValueError("The tokenizer has no whole words (vocabulary entries of letters only) to take candidates "
+                     "from.")
+  items = sorted({item for question in questions for item in question.items})
+  read = tokenization.encode(tokenizer, items, add_special_tokens=False)["input_ids"]
+  written_as: dict[int, str] = {}
+  for item, ids in zip(items, read):
+    if len(ids) == 1 and ids[0] in words:
+      written_as.setdefault(ids[0], item)
+  in_words = set(written_as.values())
+  return [written_as.get(token_id, word) for token_id, word in words.items()] + [
+      item for item in items if item not in in_words]
+
+
+def candidate_protocol_digest(reference: str, tokenizer_name: str, vocabulary: Sequence[str],
+                              num_candidates: int = NUM_CANDIDATES) -> str:
+  """A digest of how candidates are made: the protocol's version, the reference model and tokenizer, the
+  vocabulary and the number of candidates."""
+  return fingerprint.digest([CANDIDATE_PROTOCOL_VERSION, reference, tokenizer_name, num_candidates, *vocabulary])
 
 
 def closed_vocabulary_candidates(questions: Sequence[analogy_sets.AnalogyQuestion], vocabulary: Sequence[str],
@@ -128,35 +190,43 @@ def closed_vocabulary_candidates(questions: Sequence[analogy_sets.AnalogyQuestio
 
 
 def write_candidates(path: epath.PathLike, questions: Sequence[analogy_sets.AnalogyQuestion],
-                     candidates: Candidates) -> None:
-  """Saves the candidates of `questions` as JSON, with a digest of the questions for `read_candidates` to check."""
+                     candidates: Candidates, protocol_digest: str) -> None:
+  """Saves the candidates of `questions` as JSON, with a digest of the questions and the digest of the protocol
+  that made them (`candidate_protocol_digest`), for `read_candidates` to check."""
   if len(candidates) != len(questions):
     raise ValueError(f"Got {len(candidates)} candidate lists for {len(questions)} questions.")
   path = epath.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
-  record = {"questions_digest": _questions_digest(questions), "num_questions": len(questions),
+  record = {"questions_digest": _questions_digest(questions), "protocol_digest": protocol_digest,
+            "num_questions": len(questions),
             "candidates": [list(question_candidates) for question_candidates in candidates]}
   path.write_text(json.dumps(record) + "\n")
 
 
-def read_candidates(path: epath.PathLike, questions: Sequence[analogy_sets.AnalogyQuestion]) -> Candidates:
-  """The candidates `write_candidates` saved for `questions`.
+def read_candidates(path: epath.PathLike, questions: Sequence[analogy_sets.AnalogyQuestion],
+                    protocol_digest: str) -> Candidates:
+  """The candidates `write_candidates` saved for `questions` by the protocol of `protocol_digest`.
 
   Raises:
     io.DataFormatError: the file is not such a JSON record.
-    ValueError: the file holds the candidates of other questions.
+    StaleCandidatesError: the file holds the candidates of other questions, or candidates made by another
+      protocol (a file without a protocol digest was made before candidates recorded theirs).
   """
   path = epath.Path(path)
   try:
     record = json.loads(path.read_text())
     digest, num_questions, candidates = record["questions_digest"], record["num_questions"], record["candidates"]
-  except (json.JSONDecodeError, KeyError, TypeError) as error:
+    made_by = record.get("protocol_digest")
+  except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
     raise io.DataFormatError(f"{path}: not a file of analogy candidates ({error!r}).") from error
   expected_digest = _questions_digest(questions)
   if digest != expected_digest:
-    raise ValueError(f"{path} holds the candidates of other questions ({num_questions} questions, digest {digest}) "
-                     f"than these {len(questions)} (digest {expected_digest}); make theirs with "
-                     f"closed_vocabulary_candidates.")
+    raise StaleCandidatesError(
+        f"{path} holds the candidates of other questions ({num_questions} questions, digest {digest}) than these "
+        f"{len(questions)} (digest {expected_digest}).")
+  if made_by != protocol_digest:
+    raise StaleCandidatesError(f"{path} holds candidates made by another protocol (digest {made_by}) than this one "
+                               f"(digest {protocol_digest}).")
   return [tuple(question_candidates) for question_candidates in candidates]
 
 
@@ -164,7 +234,7 @@ def level_candidates(word_questions: Sequence[analogy_sets.AnalogyQuestion],
                      level_questions: Sequence[analogy_sets.AnalogyQuestion], word_candidates: Candidates,
                      level: str) -> Candidates:
   """The candidates of the `level` ('phrase' or 'sentence') versions of word questions: each word candidate put
-  in its question's frame, as `analogy_sets.phrase_and_sentence_versions` puts the question's own items.
+  in the frame of its question's answer, as `analogy_sets.phrase_and_sentence_versions` puts the answer.
 
   Raises:
     ValueError: the three lists differ in length, or a level question is not the version of the word question
@@ -173,15 +243,14 @@ def level_candidates(word_questions: Sequence[analogy_sets.AnalogyQuestion],
   if not len(word_questions) == len(level_questions) == len(word_candidates):
     raise ValueError(f"Got {len(word_questions)} word questions, {len(level_questions)} {level} questions and "
                      f"{len(word_candidates)} candidate lists; expected one of each per question.")
-
-  def version(section: str, items: Sequence[str]) -> tuple[str, ...]:
-    return tuple(analogy_sets.item_version(section, item, level) for item in items)
-
   for index, (word_question, level_question) in enumerate(zip(word_questions, level_questions)):
-    if level_question != dataclasses.replace(word_question, items=version(word_question.section, word_question.items)):
+    items = tuple(analogy_sets.item_version(word_question.section, item, level, position)
+                  for position, item in enumerate(word_question.items))
+    if level_question != dataclasses.replace(word_question, items=items):
       raise ValueError(f"{level} question {index} ({level_question.section}: {level_question.items}) is not the "
                        f"{level} version of word question {index} ({word_question.section}: {word_question.items}).")
-  return [version(question.section, candidates) for question, candidates in zip(word_questions, word_candidates)]
+  return [tuple(analogy_sets.item_version(question.section, candidate, level, ANSWER_POSITION)
+                for candidate in candidates) for question, candidates in zip(word_questions, word_candidates)]
 
 
 def analogy_texts(questions: Sequence[analogy_sets.AnalogyQuestion], candidates: Candidates) -> AnalogyTexts:
@@ -312,17 +381,21 @@ class QuestionSet:
 def question_sets(directory: epath.Path, candidates_dir: epath.Path, reference: str,
                   tokenizer: str) -> dict[str, QuestionSet]:
   """'word', 'phrase', 'sentence' (questions-words.txt and its aligned versions) and 'phrase_set'
-  (questions-phrases.txt), with candidates from `reference`'s word pieces, kept in `candidates_dir`."""
+  (questions-phrases.txt), with candidates from `reference`'s word pieces over `candidate_vocabulary`, kept in
+  `candidates_dir` and made anew when the questions or the protocol changed."""
   static = text_encoder.static_word_pieces(reference, tokenizer)
 
   def candidates(name: str, questions: list[analogy_sets.AnalogyQuestion]) -> Candidates:
     path = candidates_dir / f"{name}_{reference.replace('/', '_')}.json"
+    vocabulary = candidate_vocabulary(questions, static.tokenizer)
+    protocol_digest = candidate_protocol_digest(reference, tokenizer, vocabulary)
     if path.exists():
-      return read_candidates(path, questions)
-    vocabulary = sorted({item for question in questions for item in question.items})
+      try:
+        return read_candidates(path, questions, protocol_digest)
+      except StaleCandidatesError as stale:
+        logging.warning("%s Making them anew.", stale)
     made = closed_vocabulary_candidates(questions, vocabulary, static.encode(vocabulary))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_candidates(path, questions, made)
+    write_candidates(path, questions, made, protocol_digest)
     return made
 
   words = analogy_sets.read_analogies(directory / ANALOGY_FILES["words"])
