@@ -3,7 +3,6 @@ import collections
 import json
 import math
 
-import jax
 import ml_collections
 import numpy as np
 import pytest

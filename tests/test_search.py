@@ -7,7 +7,6 @@ import pytest
 
 from docent_jax import parallel
 from docent_jax.inference import search
-from docent_jax.models import entity_table
 
 
 def _brute_force(queries: np.ndarray, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
