@@ -1,12 +1,14 @@
 """DOCENT: entity representations from everything written about the entities (Zemlyanskiy et al., 2021).
 
-get_config("VARIANT[,DATASET]"): VARIANT is dual (RELIC: P(entity | sentence)), full (entity tokens in
-BERT's vocabulary, masked prediction of words and entities) or hybrid (dual encoder plus masked LM
+get_config("VARIANT[,DATASET[,SETTING]]"): VARIANT is dual (RELIC: P(entity | sentence)), full (entity tokens
+in BERT's vocabulary, masked prediction of words and entities) or hybrid (dual encoder plus masked LM
 conditioned on the entity); DATASET is
-imdb_movielens (default, IMDB reviews of MovieLens movies), reviews2movielens, or a directory of
-review TSV files. Examples:
+imdb_movielens (default, also when empty), reviews2movielens, or a directory of review TSV files; SETTING
+`tag_curve` selects the open-vocabulary tag curve (see `tag_curve`). Examples:
   --config=configs/docent.py:dual
   --config=configs/docent.py:dual,/data/my_reviews --config.loss.negatives=full
+  --config=configs/docent.py:dual,imdb_movielens,tag_curve
+  --config=configs/docent.py:dual --config.eval.search_queries=/data/queries.jsonl
 """
 import ml_collections
 
@@ -14,16 +16,23 @@ from configs import common
 
 VARIANTS = ("dual", "full", "hybrid")
 NUM_STEPS = {"dual": 1_500, "full": 1_000, "hybrid": 800}
+# Fractions of the tag vocabulary trained on: the default run's open-vocabulary point, and the curve's points.
+OPEN_VOCABULARY_FRACTION = 0.5
+TAG_CURVE_FRACTIONS = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 
 def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
-  variant, _, dataset = arg.partition(",")
+  variant, _, rest = arg.partition(",")
+  dataset, _, setting = rest.partition(",")
   if variant not in VARIANTS:
     raise ValueError(f"Unknown DOCENT variant {variant!r}; valid: {list(VARIANTS)}.")
+  if setting not in ("", *SETTINGS):
+    raise ValueError(f"configs/docent.py:{arg}: unknown setting {setting!r}; valid: {list(SETTINGS)} or none.")
   config = ml_collections.ConfigDict()
   config.objective = f"docent_{variant}"
   config.name = f"docent_{variant}"
   config.seed = 0
+  config.num_seeds = 1  # N > 1: each trained run again with seeds seed+1 .. seed+N-1; <model>@seeds: mean, std.
   config.model_init = ""  # A run to start from: a model of this config, or any finished run's workdir.
 
   config.data = common.data(dataset or "imdb_movielens", max_len=64)
@@ -53,16 +62,20 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.train = common.training(global_batch_size=32, num_steps=NUM_STEPS[variant], log_every_steps=50,
                                  checkpoint_every_steps=500)
 
+  config.eval = common.evaluation(batch_size=128)
+  config.eval.search_min_votes = 1  # Votes that make a movie relevant to a tag query.
+  # A JSON Lines file of natural-language queries and their relevant movies (`movie_search.load_query_set`),
+  # searched over all movies by the model and the search baselines (`queries/`), besides the tag queries.
+  config.eval.search_queries = ""
+  queries = config.eval.get_ref("search_queries")
   # The model's search, and the untrained baselines (reported under their own names): BM25 and bag-of-sentences
   # search, popular tags and TF-IDF for tags and genres. BoS-BERT tags are fine-tuning runs (`baselines` below).
   config.evals = ml_collections.ConfigDict(dict(
-      search=common.evaluator("movie_search"),
-      bm25=common.baseline("bm25_search", "bm25"),
-      bos=common.baseline("bos_search", "bos"),
+      search=common.evaluator("movie_search", queries=queries),
+      bm25=common.baseline("bm25_search", "bm25", queries=queries),
+      bos=common.baseline("bos_search", "bos", queries=queries),
       top_tags=common.baseline("top_tags", "top_tags"),
       tfidf=common.baseline("tfidf_tags", "tfidf")))
-  config.eval = common.evaluation(batch_size=128)
-  config.eval.search_min_votes = 1  # Votes that make a movie relevant to a tag query.
   # Tag prediction: a tag is positive for a held-out movie at this many votes (genres: 1). The paper
   # uses 2; in imdb_movielens only 5 movie-tag pairs reach 2 votes, so 1 is the default here.
   config.eval.tag_vote_threshold = 1
@@ -82,12 +95,13 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.mesh = common.mesh()
 
   # Tag prediction runs, each starting from the trained model: tags and genres with a closed vocabulary,
-  # and tags with an open one (trained on half the tags, the other half scored). Reported under the model.
-  scorer = "pair_classifier" if variant == "full" else "dual"
+  # and tags with an open one (trained on half the tags of every movie, the other half scored). Reported
+  # under the model.
+  scorer = tag_scorer(config)
   config.finetune = ml_collections.ConfigDict({
       "tags": tag_prediction(config, scorer, "tags", 1.0),
       "genres": tag_prediction(config, scorer, "genres", 1.0),
-      "tags_open": tag_prediction(config, scorer, "tags", 0.5),
+      **open_vocabulary_runs(config, (OPEN_VOCABULARY_FRACTION,)),
   })
 
   # BoS-BERT: the same tag fine-tuning with review sentences of the pretrained encoder as items.
@@ -95,16 +109,55 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
       f"bos_bert_{label_set}": tag_prediction(config, "dual", label_set, 1.0, items="sentences",
                                               report_as="bos_bert")
       for label_set in ("tags", "genres")})
+  return SETTINGS[setting](config) if setting else config
+
+
+def tag_scorer(config: ml_collections.ConfigDict) -> str:
+  """The tag scorer of a DOCENT config's model: a pair classifier for FULL (entities are its input tokens), f(t)
+  against the entity vectors for DUAL and HYBRID."""
+  return "pair_classifier" if config.objective == "docent_full" else "dual"
+
+
+def open_vocabulary_runs(config: ml_collections.ConfigDict, fractions: tuple[float, ...], *,
+                         common_heldout_fraction: float = 0.0) -> dict[str, dict]:
+  """One open-vocabulary tag run per fraction of the tags trained on, `tags_open_<percent>pct`, all split with
+  `config.seed` (nested splits), reported as `all/tags_open<fraction>_<metric>`; each also scores the tags held
+  out at `common_heldout_fraction` (0: none) as `all/tags_open<fraction>_common_<metric>`."""
+  runs = {}
+  for fraction in fractions:
+    percent = 100 * fraction
+    if not 0 < percent < 100 or percent != round(percent):
+      raise ValueError(f"An open-vocabulary fraction must be a whole percent in (0, 1); got {fraction}.")
+    runs[f"tags_open_{round(percent)}pct"] = tag_prediction(config, tag_scorer(config), "tags", fraction,
+                                                            common_heldout_fraction=common_heldout_fraction)
+  return runs
+
+
+def tag_curve(config: ml_collections.ConfigDict,
+              fractions: tuple[float, ...] = TAG_CURVE_FRACTIONS) -> ml_collections.ConfigDict:
+  """The open-vocabulary tag curve: after training the model, one tag run per fraction of the tag vocabulary
+  trained on (`open_vocabulary_runs`): each fits the tag scorer on every movie's training tags and scores the
+  held-out tags, never seen in fitting, on every movie; and the tags held out at the largest fraction, held out
+  at every point (`common_`), so that the points also compare on the same tags. The closed-vocabulary runs,
+  BoS-BERT and the untrained baselines are left out; the model's own search stays."""
+  config.finetune = ml_collections.ConfigDict(
+      open_vocabulary_runs(config, fractions, common_heldout_fraction=max(fractions)))
+  config.baselines = ml_collections.ConfigDict()
+  config.evals = ml_collections.ConfigDict(dict(search=config.evals.search))
   return config
 
 
+SETTINGS = {"tag_curve": tag_curve}
+
+
 def tag_prediction(config: ml_collections.ConfigDict, scorer: str, label_set: str, vocabulary_fraction: float, *,
-                   items: str = "entities", report_as: str = "{model}") -> dict:
+                   items: str = "entities", report_as: str = "{model}", common_heldout_fraction: float = 0.0) -> dict:
   """A tag-prediction fine-tuning run; its budget and optimizer follow `config.eval.tag_*`."""
   evaluation = config.eval
   return dict(
       objective="tag_finetuning",
-      tags=dict(scorer=scorer, label_set=label_set, vocabulary_fraction=vocabulary_fraction, items=items),
+      tags=dict(scorer=scorer, label_set=label_set, vocabulary_fraction=vocabulary_fraction, items=items,
+                common_heldout_fraction=common_heldout_fraction),
       optim=dict(learning_rate=evaluation.get_ref("tag_learning_rate"), warmup_steps=0,
                  weight_decay=evaluation.get_ref("tag_weight_decay"), lr_multipliers=()),
       train=dict(num_steps=evaluation.get_ref("tag_finetune_steps"), log_every_steps=25, checkpoint_every_steps=50),

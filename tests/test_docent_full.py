@@ -90,8 +90,10 @@ def test_full_trains_and_writes_search_metrics_beside_baselines(reviews_dir, rev
   for baseline in ("bm25/all/search_mrr", "bos/all/search_mrr", "tfidf/test/tags_auc", "bos_bert/test/tags_auc"):
     assert baseline in results
   assert results["docent_full/test/tags_num_entities"] == results["bos_bert/test/tags_num_entities"] >= 1
-  for metric in ("map", "auc", "p@1", "ndcg@10", "open0.5_auc"):
+  for metric in ("map", "auc", "p@1", "ndcg@10"):
     assert 0.0 <= results[f"docent_full/test/tags_{metric}"] <= 1.0
+  for metric in ("auc", "seen_auc"):
+    assert 0.0 <= results[f"docent_full/all/tags_open0.5_{metric}"] <= 1.0
 
 
 def test_tag_prediction_runs_report_dual_keys_and_leave_the_entity_rows_alone(reviews_dir, reviews_tfds_dir,
@@ -101,7 +103,7 @@ def test_tag_prediction_runs_report_dual_keys_and_leave_the_entity_rows_alone(re
   params = model.initial_state().params
   rows = np.asarray(params["entities"]["embedding"])
   keys = set()
-  for task in ("tags", "tags_open"):
+  for task in ("tags", "tags_open_50pct"):
     stage = train.Trainer(runs[f"docent_full_{task}"], tmp_path / f"full_{task}")
     stage.objective.start_from(model.objective.model(params))
     fitted, computed = stage.train()
@@ -110,7 +112,7 @@ def test_tag_prediction_runs_report_dual_keys_and_leave_the_entity_rows_alone(re
   np.testing.assert_array_equal(params["entities"]["embedding"], rows)
   _, dual_results = docent_dual_run
   assert keys == {k.removeprefix("docent_dual/") for k in dual_results if k.startswith("docent_dual/") and "tags" in k}
-  assert {"test/tags_auc", "test/tags_map", "test/tags_open0.5_auc"} <= keys
+  assert {"test/tags_auc", "test/tags_map", "all/tags_open0.5_auc", "all/tags_open0.5_seen_auc"} <= keys
 
 
 def test_entity_rows_stay_sharded_in_the_train_step_and_loss_matches_one_device(reviews_dir, reviews_tfds_dir):

@@ -85,27 +85,16 @@ def test_tfidf_tag_scores():
     tag_prediction.tfidf_tag_scores(texts, ["!!"])
 
 
-def test_split_tag_vocabulary_and_curve():
+def test_split_tag_vocabulary_is_seeded_and_nested():
   train, heldout = tag_prediction.split_tag_vocabulary(10, 0.7, seed=3)
   assert len(train) == 7 and len(heldout) == 3
   np.testing.assert_array_equal(np.sort(np.concatenate([train, heldout])), np.arange(10))
-  smaller, _ = tag_prediction.split_tag_vocabulary(10, 0.3, seed=3)
-  assert set(smaller) < set(train)
+  np.testing.assert_array_equal(train, tag_prediction.split_tag_vocabulary(10, 0.7, seed=3)[0])
+  smaller, larger_heldout = tag_prediction.split_tag_vocabulary(10, 0.3, seed=3)
+  assert set(smaller) < set(train) and set(heldout) < set(larger_heldout)
+  assert not np.array_equal(train, tag_prediction.split_tag_vocabulary(10, 0.7, seed=4)[0])
   with pytest.raises(ValueError, match="no training or no held-out tag"):
     tag_prediction.split_tag_vocabulary(10, 0.01, seed=0)
-
-  rng = np.random.default_rng(0)
-  votes = rng.integers(0, 4, (20, 10))
-  scores = votes + rng.normal(0, 2, votes.shape)  # a noisy model
-
-  def evaluate(train_tags, heldout_tags):
-    del train_tags  # this model needs no training
-    return tag_prediction.evaluate_tag_predictions(scores[:, heldout_tags], votes[:, heldout_tags], ks=[1])
-
-  curve = tag_prediction.auc_curve(evaluate, 10, [0.3, 0.7], seed=3)
-  assert sorted(curve) == [0.3, 0.7]
-  assert curve[0.7]["num_heldout_tags"] == 3 and curve[0.3]["num_train_tags"] == 3
-  assert curve[0.7]["auc"] == evaluate(train, heldout)["auc"]
 
 
 def test_movielens_popularity_beats_random(shared_data_dir):

@@ -3,8 +3,8 @@
 A query set is JSON Lines, one object per line: {"query": "a heist gone wrong", "relevant":
 ["1234", "5678"]} with entity ids as strings or integers. Relevant ids that are not among the
 evaluated entities are skipped; a query left without any relevant entity is dropped. Both are
-counted and logged. The built-in query set takes held-out MovieLens tags as queries
-(`tag_query_set`).
+counted and logged. The built-in query set takes MovieLens tags as queries (`tag_query_set`); the
+search evaluators also search a query-set file given as their `queries` option (`search_tasks`).
 
 Metrics: MRR of the first relevant movie and Recall@k (the fraction of a query's relevant movies
 in the top k), averaged over queries. Ties are resolved in expectation (see `metrics`).
@@ -339,12 +339,15 @@ def search_by_vectors(query_vectors: np.ndarray | jax.Array, candidate_vectors: 
   return result
 
 
-def search_tasks(corpus: review_corpus.ReviewCorpus, min_votes: int) -> dict[str, tuple[np.ndarray, QuerySet]]:
-  """Zero-shot search on tag queries, per split ('test': held-out movies, 'all': every movie).
+def search_tasks(corpus: review_corpus.ReviewCorpus, min_votes: int,
+                 queries: epath.PathLike = "") -> dict[str, tuple[np.ndarray, QuerySet]]:
+  """Zero-shot search tasks: the ranked movies (entity indices) and the queries of each split.
 
-  Returns the ranked movies (entity indices) and the queries: each tag with a movie of the split
-  having at least `min_votes` votes for it; relevant = those movies. A split without such a tag (e.g.
-  a corpus without tags.tsv) has no search task; the reason is logged.
+  'test' (held-out movies) and 'all' (every movie) take tag queries: each tag with a movie of the split
+  having at least `min_votes` votes for it; relevant = those movies. A split without such a tag (e.g. a
+  corpus without tags.tsv) has no search task; the reason is logged. 'queries', when `queries` names a
+  query-set file (`load_query_set`; a malformed line raises QueryFormatError naming file and line), takes
+  its queries over every movie.
   """
   tasks = {}
   for split, movie_rows in (("test", corpus.entity_split["test"]), ("all", np.arange(corpus.num_entities))):
@@ -355,47 +358,55 @@ def search_tasks(corpus: review_corpus.ReviewCorpus, min_votes: int) -> dict[str
                           "%s movies is skipped.", 4, corpus.name, split, min_votes, len(corpus.tags), split)
       continue
     tasks[split] = (movie_rows, tag_query_set(corpus.tags, votes, tags, min_votes=min_votes))
+  if queries:
+    tasks["queries"] = (np.arange(corpus.num_entities), load_query_set(queries, corpus.entity_ids))
   return tasks
 
 
 @registry.register("movie_search")
-def search_movies(model: Any, data: review_corpus.ReviewEvaluation) -> dict[str, float]:
-  """Zero-shot movie search with tag queries (`search_tasks`) by a DOCENT model's scores of its movies (P(e | query)):
-  `test/` and `all/` movies."""
+def search_movies(model: Any, data: review_corpus.ReviewEvaluation, queries: str = "") -> dict[str, float]:
+  """Zero-shot movie search (`search_tasks`: tag queries, and the query-set file `queries` if given) by a DOCENT
+  model's scores of its movies (P(e | query)): `test/`, `all/` and `queries/`."""
+  tasks = search_tasks(data.corpus, data.search_min_votes, queries)  # A malformed query file fails before encoding.
   _, table = model.entities()
   results = {}
-  for split, (movie_rows, queries) in search_tasks(data.corpus, data.search_min_votes).items():
-    found = search_by_vectors(model.encode(queries.queries), table[movie_rows], queries, mesh=model.mesh)
+  for split, (movie_rows, query_set) in tasks.items():
+    found = search_by_vectors(model.encode(query_set.queries), table[movie_rows], query_set, mesh=model.mesh)
     results.update({f"{split}/{k}": v for k, v in found.items()})
   return results
 
 
 @registry.register("bm25_search")
-def search_movies_by_bm25(model: Any, data: review_corpus.ReviewEvaluation) -> dict[str, float]:
-  """The BM25 baseline of movie search: each movie a document of its reviews (the model is not used)."""
+def search_movies_by_bm25(model: Any, data: review_corpus.ReviewEvaluation, queries: str = "") -> dict[str, float]:
+  """The BM25 baseline of movie search (`search_movies`' tasks): each movie a document of its reviews (the model is
+  not used)."""
   del model
+  tasks = search_tasks(data.corpus, data.search_min_votes, queries)
   documents = data.corpus.documents()
   results = {}
-  for split, (movie_rows, queries) in search_tasks(data.corpus, data.search_min_votes).items():
+  for split, (movie_rows, query_set) in tasks.items():
     index = bm25.BM25Index([documents[m] for m in movie_rows])
-    results.update({f"{split}/{k}": v for k, v in evaluate_search(index.scores(queries.queries), queries).items()})
+    found = evaluate_search(index.scores(query_set.queries), query_set)
+    results.update({f"{split}/{k}": v for k, v in found.items()})
   return results
 
 
 @registry.register("bos_search")
-def search_movies_by_sentences(model: Any, data: review_corpus.ReviewEvaluation) -> dict[str, float]:
-  """The bag-of-sentences baseline of movie search: a movie scores the highest cosine of the query with one of
-  `bos_sentences_per_movie` of its review sentences, all encoded by the model's untrained (pretrained) encoder."""
+def search_movies_by_sentences(model: Any, data: review_corpus.ReviewEvaluation, queries: str = "") -> dict[str, float]:
+  """The bag-of-sentences baseline of movie search (`search_movies`' tasks): a movie scores the highest cosine of
+  the query with one of `bos_sentences_per_movie` of its review sentences, all encoded by the model's untrained
+  (pretrained) encoder."""
   corpus = data.corpus
+  tasks = search_tasks(corpus, data.search_min_votes, queries)
   encoder = movies.pretrained_sentence_encoder(model.config, data.bos_pooling, model.mesh)
   sampled = tag_scorers.subsample_per_entity(corpus.sentence_entity, np.arange(corpus.num_entities),
                                              data.bos_sentences_per_movie, data.seed)
   sentence_vectors = encoder.encode([corpus.sentences[i] for i in sampled])
   sentence_entity = corpus.sentence_entity[sampled]
   results = {}
-  for split, (movie_rows, queries) in search_tasks(corpus, data.search_min_votes).items():
+  for split, (movie_rows, query_set) in tasks.items():
     kept = np.isin(sentence_entity, movie_rows)
-    scores = bag_of_sentences_search_scores(encoder.encode(queries.queries), sentence_vectors[kept],
+    scores = bag_of_sentences_search_scores(encoder.encode(query_set.queries), sentence_vectors[kept],
                                             np.searchsorted(movie_rows, sentence_entity[kept]), len(movie_rows))
-    results.update({f"{split}/{k}": v for k, v in evaluate_search(scores, queries).items()})
+    results.update({f"{split}/{k}": v for k, v in evaluate_search(scores, query_set).items()})
   return results

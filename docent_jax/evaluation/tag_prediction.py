@@ -8,9 +8,14 @@ Protocol (Zemlyanskiy et al., EACL 2021):
     relevance (linear gain by default, see `metrics.ndcg_at_k`); k = 1..20.
   * Movies with no positive or no negative candidate tag have no AUC; they are skipped for every
     metric (so all metrics average over one set of movies), counted and logged.
-  * Open vocabulary: the tags are split into training and held-out tags (`split_tag_vocabulary`);
-    a model trained on the training tags is scored on the held-out ones. `auc_curve` repeats this
-    for several training fractions.
+  * Closed vocabulary: a tag scorer fit on the training movies scores every tag of the held-out
+    (test) movies.
+  * Open vocabulary: the tags are held out, not the movies. The tags are split into training and
+    held-out tags (`split_tag_vocabulary`); a tag scorer fit on every movie's training tags scores
+    the held-out tags (never seen in fitting) and, for reference, the training tags of every movie.
+    One seed gives nested splits, so runs at several training fractions make a curve over the
+    number of training tags; the tags held out at its largest fraction are held out at every point,
+    and scoring them at each point compares the points on the same tags.
 
 The metrics take score matrices, so the same code scores every model (`tag_prediction`: a fine-tuned tag scorer,
 `inference.movies.TagModel`) and the non-neural baselines (`top_tags`: global tag popularity, `tfidf_tags`: TF-IDF
@@ -205,30 +210,6 @@ def split_tag_vocabulary(num_tags: int, train_fraction: float, seed: int) -> tup
   return np.sort(permutation[:num_train]), np.sort(permutation[num_train:])
 
 
-def auc_curve(evaluate: Callable[[np.ndarray, np.ndarray], Mapping[str, float]], num_tags: int,
-              train_fractions: Sequence[float], seed: int = 0) -> dict[float, dict[str, float | int]]:
-  """Open-vocabulary metrics as a function of the fraction of tags seen in training.
-
-  Args:
-    evaluate: (training tag indices, held-out tag indices) -> metrics on the held-out tags, e.g.
-      trains a tag model on the first and returns `evaluate_tag_predictions` on the second.
-    num_tags: size of the tag vocabulary.
-    train_fractions: the points of the curve.
-    seed: seeds the (nested) tag splits.
-
-  Returns:
-    fraction -> the metrics of `evaluate`, plus 'num_train_tags' and 'num_heldout_tags'.
-  """
-  curve = {}
-  for fraction in train_fractions:
-    train_tags, heldout_tags = split_tag_vocabulary(num_tags, fraction, seed)
-    result = dict(evaluate(train_tags, heldout_tags))
-    result.update(num_train_tags=len(train_tags), num_heldout_tags=len(heldout_tags))
-    curve[float(fraction)] = result
-    logging.info("Tag vocabulary fraction %.2f: %s", fraction, result)
-  return curve
-
-
 @dataclasses.dataclass(frozen=True)
 class LabelSet:
   """Texts of the labels of one task and their [E, T] int votes; positive at `vote_threshold` votes."""
@@ -274,30 +255,49 @@ OPEN_VOCABULARY_METRICS = ("map", "auc", "p@5", "ndcg@10", "num_entities")
 
 @dataclasses.dataclass(frozen=True)
 class TagTask:
-  """One tag-prediction task of a fine-tuning run: a label set, the labels it scores (all, or the held-out ones
-  of an open vocabulary) and the items of the held-out movies (movies, or their sampled sentences)."""
+  """One tag-prediction task of a fine-tuning run: a label set, the labels the scorer was fit on, the labels held
+  out of fitting (none for a closed vocabulary) and the items scored (movies, or their sampled sentences).
+
+  Closed vocabulary: the items are those of the held-out movies (split 'test'). Open vocabulary: the labels are
+  held out instead of the movies, so the items are those of every movie (split 'all').
+  """
   label_set: LabelSet
-  eval_tags: np.ndarray
-  num_train_tags: int
+  train_tags: np.ndarray
+  heldout_tags: np.ndarray
+  common_tags: np.ndarray  # Held-out labels every point of a curve shares, also scored on their own (or none).
   vocabulary_fraction: float
-  test_items: np.ndarray  # Rows of the model's item vectors.
-  test_entity: np.ndarray  # The movie of each test item.
+  split: str  # Which movies the items are: 'test' or 'all'; the split of the reported keys.
+  items: np.ndarray  # Rows of the model's item vectors.
+  item_entity: np.ndarray  # The movie of each item.
 
 
 @registry.register("tag_prediction")
 def predict_tags(model: Any, task: TagTask) -> dict[str, float]:
-  """A tag scorer's predictions for the held-out movies (a movie's scores: its item's, or the mean of its
-  sentences'): `test/<label set>_<metric>`, or `test/<label set>_open<fraction>_<metric>` for an open vocabulary."""
-  item_scores = model.tag_scores(task.test_items, [task.label_set.texts[t] for t in task.eval_tags])
-  movies = np.unique(task.test_entity)
-  scores = bag_of_sentences_scores(item_scores, np.searchsorted(movies, task.test_entity), len(movies))
-  found = evaluate_label_scores(scores, task.label_set, movies, task.eval_tags)
+  """A tag scorer's predictions for the task's movies (a movie's scores: its item's, or the mean of its
+  sentences'). Closed vocabulary: `<split>/<label set>_<metric>` over every label. Open vocabulary:
+  `<split>/<label set>_open<fraction>_<metric>` over the held-out labels, `..._open<fraction>_seen_<metric>` over
+  the training labels (the pairs the scorer was fit on), `..._open<fraction>_common_<metric>` over the common
+  held-out labels (if any), and the number of each."""
+  movies = np.unique(task.item_entity)
+  item_movie = np.searchsorted(movies, task.item_entity)
+
+  def metrics_of(tags: np.ndarray) -> dict[str, float | int]:
+    item_scores = model.tag_scores(task.items, [task.label_set.texts[t] for t in tags])
+    return evaluate_label_scores(bag_of_sentences_scores(item_scores, item_movie, len(movies)), task.label_set,
+                                 movies, tags)
+
   name = task.label_set.name
-  if task.vocabulary_fraction >= 1.0:
-    return {f"test/{name}_{k}": v for k, v in found.items()}
-  found = {k: v for k, v in found.items() if k in OPEN_VOCABULARY_METRICS}
-  found.update(num_train_tags=task.num_train_tags, num_heldout_tags=len(task.eval_tags))
-  return {f"test/{name}_open{task.vocabulary_fraction:g}_{k}": v for k, v in found.items()}
+  if not len(task.heldout_tags):
+    return {f"{task.split}/{name}_{k}": v for k, v in metrics_of(task.train_tags).items()}
+  prefix = f"{task.split}/{name}_open{task.vocabulary_fraction:g}_"
+  results = {f"{prefix}num_train_tags": len(task.train_tags), f"{prefix}num_heldout_tags": len(task.heldout_tags)}
+  kinds = [("", task.heldout_tags), ("seen_", task.train_tags)]
+  if len(task.common_tags):
+    results[f"{prefix}num_common_tags"] = len(task.common_tags)
+    kinds.append(("common_", task.common_tags))
+  for kind, tags in kinds:
+    results.update({f"{prefix}{kind}{k}": v for k, v in metrics_of(tags).items() if k in OPEN_VOCABULARY_METRICS})
+  return results
 
 
 def _baseline(data: review_corpus.ReviewEvaluation,

@@ -10,7 +10,7 @@ Protocol (Zemlyanskiy et al., EACL 2021), with `DualScorer` for dual-encoder mod
     a softmax over that tag and the candidates that are *not* known tags of the item, weighted by
     its votes (or log(1 + votes)).
   * Closed vocabulary: train on the training movies, score every tag for the held-out movies.
-    Open vocabulary: train on a fraction of the tags, score the other tags for the held-out movies.
+    Open vocabulary: train on a fraction of the tags for every movie, score the other tags for every movie.
   * Bag of sentences (BoS-BERT): the items are single review sentences (frozen pretrained vectors)
     labelled with their movie's tags; a movie's scores are the mean over its sentences.
 

@@ -2,8 +2,12 @@
 pairs trained against the frozen entity vectors of the DOCENT model the run starts from (`model_init`).
 
 One run per task of `config.tags`: a label set ('tags': MovieLens tags, 'genres') and the fraction of
-its vocabulary trained on (1.0: closed vocabulary, every label scored; below 1: open vocabulary,
-the other labels scored, as `tag_prediction.split_tag_vocabulary` splits them). The items scored are
+its vocabulary trained on. 1.0, closed vocabulary: fit on the training movies, every label scored on the
+held-out (test) movies. Below 1, open vocabulary: the labels are held out instead of the movies
+(`tag_prediction.split_tag_vocabulary`, seeded by `config.seed`, so the splits of several fractions are
+nested): fit on every movie's training labels, the held-out labels scored on every movie, and also those
+held out at `tags.common_heldout_fraction` (if set: the held-out labels every point of a curve shares, so
+that its points are scored on the same labels too). The items scored are
 the model's movies (`tags.items = 'entities'`: their entity vectors) or, for the BoS-BERT baseline,
 review sentences (`'sentences'`: up to `eval.bos_sentences_per_movie` per movie, the pretrained
 encoder's pooled vectors; a movie's scores are the mean of its sentences'; no `model_init`). The scorer is
@@ -12,7 +16,8 @@ encoder's pooled vectors; a movie's scores are the mean of its sentences'; no `m
   * 'pair_classifier' (FULL): a logistic head on [CLS] of `[CLS] e [SEP] tag [SEP]`, BERT fine-tuned
     from the model's, the entity rows fixed inputs (`models.tag_scorers`).
 Each step samples training movies and candidate tags (seeded by the step, so a resumed run draws the
-same steps). The `tag_prediction` evaluator scores the held-out movies: `test/<task>_<metric>`.
+same steps). The `tag_prediction` evaluator reports `test/<label set>_<metric>` (closed) or
+`all/<label set>_open<fraction>_<metric>` (open).
 """
 from typing import Any
 
@@ -41,7 +46,8 @@ LABEL_SETS = ("tags", "genres")
 
 
 class TagFinetuningObjective(base.Objective):
-  """Fits a tag scorer to the known labels of the training movies, their entity vectors frozen."""
+  """Fits a tag scorer to the known training labels of the movies it fits on (the training movies, or every movie
+  for an open vocabulary), their entity vectors frozen."""
 
   model_class = movies.TagModel
 
@@ -58,6 +64,11 @@ class TagFinetuningObjective(base.Objective):
       raise ValueError("tags.items 'sentences' (BoS-BERT) needs tags.scorer 'dual'.")
     if not 0.0 < task.vocabulary_fraction <= 1.0:
       raise ValueError(f"tags.vocabulary_fraction must be in (0, 1]; got {task.vocabulary_fraction}.")
+    common_fraction = task.get("common_heldout_fraction", 0.0)
+    if common_fraction and not task.vocabulary_fraction <= common_fraction < 1.0:
+      raise ValueError(f"tags.common_heldout_fraction must be 0 (none) or in [tags.vocabulary_fraction, 1) = "
+                       f"[{task.vocabulary_fraction}, 1), so that its held-out labels are never fit; got "
+                       f"{common_fraction}.")
     self.corpus = review_corpus.load_review_corpus(
         config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
     found = {s.name: s for s in tag_prediction.label_sets(self.corpus, config.eval.tag_vote_threshold)}
@@ -65,32 +76,37 @@ class TagFinetuningObjective(base.Objective):
       raise base.SkipRun(f"{self.corpus.name} has no {task.label_set}.")
     self.label_set = found[task.label_set]
     num_labels = len(self.label_set.texts)
+    movie_split = self.corpus.entity_split
     if task.vocabulary_fraction < 1.0:
-      self.train_tags, self.eval_tags = tag_prediction.split_tag_vocabulary(num_labels, task.vocabulary_fraction,
-                                                                            config.seed)
+      self.train_tags, self.heldout_tags = tag_prediction.split_tag_vocabulary(
+          num_labels, task.vocabulary_fraction, config.seed)
+      # The held-out labels are never fit, so every movie can be fit on the training labels and scored on both.
+      self.split = "all"
+      # Nested splits: the labels held out at a larger fraction are among this run's held-out labels.
+      self.common_tags = (tag_prediction.split_tag_vocabulary(num_labels, common_fraction, config.seed)[1]
+                          if common_fraction else np.arange(0))
+      fit_movies = eval_movies = np.arange(self.corpus.num_entities)
     else:
-      self.train_tags = self.eval_tags = np.arange(num_labels)
+      self.train_tags, self.heldout_tags, self.common_tags = np.arange(num_labels), np.arange(0), np.arange(0)
+      self.split = "test"
+      fit_movies, eval_movies = movie_split["train"], movie_split["test"]
     self.options = tag_scorers.step_options(config.eval)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
     self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
-    texts = self.label_set.texts
-    self.train_tokens = tag_scorers.label_tokens(self.tokenizer, [texts[t] for t in self.train_tags],
-                                                    config.data.max_len)
-    self.eval_tokens = tag_scorers.label_tokens(self.tokenizer, [texts[t] for t in self.eval_tags],
-                                                   config.data.max_len)
+    self.train_tokens = tag_scorers.label_tokens(self.tokenizer, [self.label_set.texts[t] for t in self.train_tags],
+                                                 config.data.max_len)
     # Items: the movies, or (BoS-BERT) sampled sentences; `*_entity` maps each item to its movie.
-    movie_split = self.corpus.entity_split
     if task.get("items", "entities") == "sentences":
       corpus = self.corpus
       self.sentences = tag_scorers.subsample_per_entity(
           corpus.sentence_entity, np.arange(corpus.num_entities), config.eval.bos_sentences_per_movie, config.seed)
       sentence_entity = corpus.sentence_entity[self.sentences]
-      self.train_items, self.test_items = (np.flatnonzero(np.isin(sentence_entity, movie_split[split]))
-                                           for split in ("train", "test"))
-      self.train_entity, self.test_entity = sentence_entity[self.train_items], sentence_entity[self.test_items]
+      self.train_items, self.eval_items = (np.flatnonzero(np.isin(sentence_entity, movie_rows))
+                                           for movie_rows in (fit_movies, eval_movies))
+      self.train_entity, self.eval_entity = sentence_entity[self.train_items], sentence_entity[self.eval_items]
     else:
-      self.train_items, self.test_items = movie_split["train"], movie_split["test"]
-      self.train_entity, self.test_entity = self.train_items, self.test_items
+      self.train_items, self.eval_items = fit_movies, eval_movies
+      self.train_entity, self.eval_entity = self.train_items, self.eval_items
     self.train_votes = self.label_set.votes[np.ix_(self.train_entity, self.train_tags)]
     labelled = self.train_votes.any(axis=1)
     if not labelled.any():
@@ -189,5 +205,5 @@ class TagFinetuningObjective(base.Objective):
                            item_vectors=self._vectors(), tokenizer=self.tokenizer)
 
   def evaluation_data(self) -> tag_prediction.TagTask:
-    return tag_prediction.TagTask(self.label_set, self.eval_tags, len(self.train_tags),
-                                  self.config.tags.vocabulary_fraction, self.test_items, self.test_entity)
+    return tag_prediction.TagTask(self.label_set, self.train_tags, self.heldout_tags, self.common_tags,
+                                  self.config.tags.vocabulary_fraction, self.split, self.eval_items, self.eval_entity)
