@@ -100,6 +100,7 @@ def test_one_override_gives_blp_seeds_their_mean_and_std(kg_dir, tfds_dir, tmp_p
 def test_one_override_gives_supcon_and_its_fine_tuning_seeds_their_mean_and_std(tmp_path):
   config = test_supcon.tiny_config(test_supcon.write_products(tmp_path / "products"), tmp_path / "tfds")
   config.baselines = {}
+  config.finetune = {"trained": config.finetune.trained}
   config.num_seeds = 2
   results = train.train_and_evaluate(config, tmp_path / "run")
   _seed_pairs(results, "supcon_frozen", "test/f1")
