@@ -174,6 +174,7 @@ def test_supcon_product_matching_runs_with_a_roberta_encoder(tmp_path, tiny_robe
   config = test_supcon.tiny_config(test_supcon.write_products(tmp_path / "products"), tmp_path / "tfds")
   config.model.pretrained = config.model.tokenizer = str(TINY_ROBERTA)
   config.train.num_steps = 2
+  config.finetune = ml_collections.ConfigDict({"trained": config.finetune.trained})
   config.finetune.trained.train.num_steps = 2
   config.baselines = ml_collections.ConfigDict({"cross_encoder": config.baselines.cross_encoder})
   config.baselines.cross_encoder.train.num_steps = 2

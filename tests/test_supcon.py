@@ -52,6 +52,7 @@ def tiny_config(data_dir: pathlib.Path, tfds_dir: pathlib.Path):
   fine_tuning = dict(train=dict(num_steps=5, global_batch_size=8, log_every_steps=1, checkpoint_every_steps=2),
                      evals=dict(validation=dict(every_steps=2)))
   config.finetune.trained.update(fine_tuning)
+  config.finetune.head.update(fine_tuning)
   config.baselines.cross_encoder.update(fine_tuning)
   config.baselines.cross_encoder.update(dict(train=dict(num_steps=6 + 5), data=dict(max_len=24)))
   return config
@@ -135,13 +136,14 @@ def test_trained_encoder_starts_from_the_frozen_encoders_probe_when_configured(p
 def test_every_model_of_the_config_trains_and_reports(supcon_run):
   _, workdir, results = supcon_run
   assert json.loads((workdir / train.RESULTS_FILE).read_text()) == pytest.approx(results)
-  for model in ("supcon_frozen", "supcon_trained", "self_supervised", "supcon_mixed", "cross_encoder"):
+  for model in ("supcon_frozen", "supcon_head", "supcon_trained", "self_supervised", "supcon_mixed", "cross_encoder"):
     for split in ("validation", "test"):
       for metric in ("precision", "recall", "f1"):
         assert 0.0 <= results[f"{model}/{split}/{metric}"] <= 1.0, (model, split, metric)
   # Every run that trains has its checkpoints and TensorBoard scalars; fine-tuning runs keep their best params.
   # The cross-encoder gets the pre-training's 6 steps plus the fine-tuning's 5.
-  steps = {"supcon": 6, "self_supervised": 6, "supcon_mixed": 6, "supcon_trained": 5, "cross_encoder": 11}
+  steps = {"supcon": 6, "self_supervised": 6, "supcon_mixed": 6, "supcon_head": 5, "supcon_trained": 5,
+           "cross_encoder": 11}
   for run, num_steps in steps.items():
     assert (workdir / run / "checkpoints" / str(num_steps)).is_dir(), run
     assert list((workdir / run).glob("events.out.tfevents.*")), run
