@@ -94,6 +94,21 @@ def test_a_transductive_graph_reports_the_settings_that_apply(tfds_dir, tmp_path
   assert train.evaluate(config, tmp_path / "run") == pytest.approx(results, abs=1e-6)
 
 
+def test_an_evaluation_round_encodes_the_entity_set_once(trained):
+  """Validation and test ranking and entity classification read one encoding of the entities per params."""
+  config, workdir, _ = trained
+  trainer = train.Trainer(config, workdir / "blp_transe")
+  model = trainer.objective.model(trainer.restore_params()[0])
+  encoded = []
+  encode = model._encode
+  model._encode = lambda texts: encoded.append(len(texts)) or encode(texts)  # Counts the real encodings.
+  metrics = trainer.evaluate(model, evaluators.specs(config))
+  assert set(metrics) == {"validation", "test", "classification"}
+  assert encoded == [trainer.objective.graph.num_entities]
+  trainer.evaluate(model.with_params(model.params), evaluators.specs(config)[:1])  # New params: encoded anew.
+  assert encoded == [trainer.objective.graph.num_entities] * 2
+
+
 def _filtered_mrr(scores: np.ndarray, triples: np.ndarray, known: set[tuple[int, int, int]],
                   candidates: np.ndarray) -> float:
   """Filtered MRR by brute force over `scores[h, r, t]`: both directions, ties counted half (BLP's protocol)."""
