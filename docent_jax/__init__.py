@@ -2,6 +2,12 @@
 representations) in JAX/Flax. `docent_jax.load(run_dir)` gives a trained run as a model."""
 from typing import Any
 
+from docent_jax import cpu_flags
+
+# Before JAX's CPU backend exists, which reads XLA_FLAGS once: every entry point (main, the tests, the tools, a
+# notebook) imports this package first.
+cpu_flags.apply()
+
 
 def load(path: Any) -> Any:
   """The model of a trained run directory (`WORKDIR/<model>`, local or gs://); see `inference.protocol.Model`."""

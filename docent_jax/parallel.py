@@ -26,22 +26,29 @@ _PROGRESS_SECONDS = 30.0
 
 
 class Progress:
-  """Logs `done / total <what> (rate, ETA)` of a long phase, at most every `_PROGRESS_SECONDS`."""
+  """Logs `done / total <what> (rate, ETA)` of a long phase, at most every `_PROGRESS_SECONDS`.
 
-  def __init__(self, total: int, what: str):
+  With `total_cost`, the ETA follows the cost done (e.g. tokens) rather than the count, for phases whose items
+  grow costlier as they go (texts encoded shortest first).
+  """
+
+  def __init__(self, total: int, what: str, total_cost: float | None = None):
     self.total, self.what, self.done = total, what, 0
+    self.total_cost, self.cost = (total if total_cost is None else total_cost), 0.0
     self.started = self.reported = time.time()
 
-  def advance(self, count: int) -> None:
-    """`count` more are done."""
+  def advance(self, count: int, cost: float | None = None) -> None:
+    """`count` more are done, at `cost` (by default `count`)."""
     self.done += count
+    self.cost += count if cost is None else cost
     now = time.time()
     if now - self.reported < _PROGRESS_SECONDS or not self.done:
       return
     self.reported = now
     rate = self.done / (now - self.started)
-    logging.info("%d / %d %s (%.0f / s, ETA %ds).", self.done, self.total, self.what, rate,
-                 round((self.total - self.done) / rate))
+    speed = f"{rate:.0f} / s" if rate >= 1 else f"{1 / rate:.1f} s each"
+    logging.info("%d / %d %s (%s, ETA %ds).", self.done, self.total, self.what, speed,
+                 round((self.total_cost - self.cost) * (now - self.started) / max(self.cost, 1e-9)))
 
 
 # Per object, the jitted forms of its methods that `map_batches` applied, held weakly: jax.jit keeps its
@@ -196,12 +203,14 @@ def map_batches(fn: Callable[[Any, jax.Array], Any], params: Any, inputs: np.nda
   sharding = batch_sharding(mesh)
   apply = _jit_replicated(fn, mesh)
   outputs = []
-  progress = progress or Progress(num_rows, what)
+  row_cost = math.prod(padded.shape[1:])  # Tokens per row, for token inputs.
+  progress = progress or Progress(num_rows, what, total_cost=num_rows * row_cost)
   for start in range(0, len(padded), batch_size):
     chunk = padded[start:start + batch_size]
     global_chunk = jax.make_array_from_callback(chunk.shape, sharding, lambda index, c=chunk: c[index])
     outputs.append(jax.tree.map(np.asarray, apply(params, global_chunk)))
-    progress.advance(min(batch_size, num_rows - start))
+    rows = min(batch_size, num_rows - start)
+    progress.advance(rows, rows * row_cost)
   return jax.tree.map(lambda *parts: np.concatenate(parts)[:num_rows], *outputs)
 
 
@@ -236,7 +245,8 @@ def map_token_batches(fn: Callable[[Any, jax.Array], Any], params: Any, tokens: 
   groups = length_buckets(tokens, pad_id, buckets)
   if not groups:  # No rows: the output's shape comes from the full width.
     return map_batches(fn, params, tokens, batch_size=batch_size, mesh=mesh, what=what)
-  outputs, progress = None, Progress(len(tokens), what)  # One count over every bucket.
+  # One count over every bucket; the ETA by tokens, as the buckets run shortest first.
+  outputs, progress = None, Progress(len(tokens), what, total_cost=sum(bucket * len(rows) for bucket, rows in groups))
   for bucket, rows in groups:
     vectors = map_batches(fn, params, tokens[rows, :bucket], batch_size=batch_size, mesh=mesh, progress=progress)
     if outputs is None:

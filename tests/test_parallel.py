@@ -1,5 +1,6 @@
 import gc
 import weakref
+import types
 
 import flax.linen as nn
 import jax
@@ -138,3 +139,15 @@ def test_bucketed_encoding_reports_one_progress_count_over_every_bucket(monkeypa
   assert [total for _, total in counts] == [40] * len(counts)
   done = [n for n, _ in counts]
   assert done == sorted(done) and done[-1] == 40
+
+
+def test_progress_estimates_the_time_left_from_the_cost_done(monkeypatch, caplog):
+  monkeypatch.setattr(parallel, "_PROGRESS_SECONDS", 0.0)
+  clock = iter([0.0, 10.0, 20.0])  # Start, then one report each 10 s.
+  monkeypatch.setattr(parallel, "time", types.SimpleNamespace(time=lambda: next(clock)))
+  with caplog.at_level("INFO", logger="absl"):
+    progress = parallel.Progress(4, "texts", total_cost=10.0)
+    progress.advance(2, cost=2.0)  # Half the texts, a fifth of the cost, in 10 s: 40 s to go.
+    progress.advance(1, cost=3.0)  # Half the cost in 20 s: 20 s to go.
+  assert caplog.messages == ["2 / 4 texts (5.0 s each, ETA 40s).",
+                             "3 / 4 texts (6.7 s each, ETA 20s)."]

@@ -65,8 +65,8 @@ def evaluate_entity_classification(train_x: np.ndarray, train_y: np.ndarray, dev
   fit_options = dict(task="Entity classification", standardize=standardize, max_iter=max_iter, tol=tol)
 
   best_c, best_dev_accuracy = None, -1.0
-  for c in c_values:
-    dev_accuracy = metrics.accuracy(dev_y, logistic_probe.fit(train_x, train_y, c, **fit_options).predict(dev_x))
+  for c, model in zip(c_values, logistic_probe.fit_each(train_x, train_y, c_values, **fit_options)):
+    dev_accuracy = metrics.accuracy(dev_y, model.predict(dev_x))
     logging.debug("Entity classification: C=%g, dev accuracy %.4f.", c, dev_accuracy)
     if dev_accuracy > best_dev_accuracy:
       best_c, best_dev_accuracy = c, dev_accuracy
@@ -74,7 +74,8 @@ def evaluate_entity_classification(train_x: np.ndarray, train_y: np.ndarray, dev
   train_dev_x = np.concatenate([train_x, dev_x])
   train_dev_y = np.concatenate([train_y, dev_y])
   test_unseen = _count_unseen(test_y, train_dev_y, "test")
-  test_predictions = logistic_probe.fit(train_dev_x, train_dev_y, best_c, **fit_options).predict(test_x)
+  (refit,) = logistic_probe.fit_each(train_dev_x, train_dev_y, (best_c,), **fit_options)
+  test_predictions = refit.predict(test_x)
   return {
       "accuracy": metrics.accuracy(test_y, test_predictions),
       "balanced_accuracy": metrics.balanced_accuracy(test_y, test_predictions),

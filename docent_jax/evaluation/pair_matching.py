@@ -100,8 +100,8 @@ def fit_linear_probe(offer_vectors: np.ndarray, pairs: Mapping[str, np.ndarray],
   if len(np.unique(labels["train"])) < 2:
     raise ValueError("The training pairs need matches and non-matches.")
   best = None
-  for c in c_values:
-    model = logistic_probe.fit(features["train"], labels["train"], c, task="Linear probe", max_iter=max_iter)
+  models = logistic_probe.fit_each(features["train"], labels["train"], c_values, task="Linear probe", max_iter=max_iter)
+  for c, model in zip(c_values, models):
     f1 = match_metrics(model.decision_function(features["validation"]), labels["validation"])["f1"]
     logging.info("Linear probe C=%g: validation F1 %.4f.", c, f1)
     if best is None or f1 > best[0]:

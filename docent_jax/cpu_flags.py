@@ -1,0 +1,85 @@
+"""XLA's CPU flags, chosen in this one place from the CPU's features, per CPU family.
+
+Every entry point (`docent_jax.main`, the tests, the tools) calls `apply()` before JAX creates its CPU backend,
+which reads XLA_FLAGS once per process. The choice per family comes from `tools/bench_encoder.py --compare`
+(docs/scaling.md#cpu-flags has the measurements); a family with no measured gain gets no flags.
+
+A user overrides the choice with DOCENT_JAX_CPU_FLAGS (a flag list, or "none"), and any flag already in
+XLA_FLAGS wins over the chosen value of the same flag.
+"""
+from collections.abc import MutableMapping
+import dataclasses
+import os
+import pathlib
+
+OVERRIDE_VARIABLE = "DOCENT_JAX_CPU_FLAGS"
+
+# Family -> flags, measured by tools/bench_encoder.py (docs/scaling.md#cpu-flags).
+FLAGS_BY_FAMILY: dict[str, tuple[str, ...]] = {
+    "intel-amx": (),
+    "intel-avx512": (),
+    "amd-avx512": (),
+    "other": (),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cpu:
+  """What the flag choice depends on: the vendor and the instruction-set features /proc/cpuinfo lists."""
+
+  vendor: str
+  model: str
+  features: frozenset[str]
+
+  @property
+  def family(self) -> str:
+    if self.vendor == "GenuineIntel" and "amx_bf16" in self.features:
+      return "intel-amx"
+    if self.vendor == "GenuineIntel" and "avx512f" in self.features:
+      return "intel-avx512"
+    if self.vendor == "AuthenticAMD" and "avx512f" in self.features:
+      return "amd-avx512"
+    return "other"
+
+
+def read_cpu(cpuinfo: str | None = None) -> Cpu:
+  """The first processor of `cpuinfo` (by default /proc/cpuinfo; an empty description where there is none)."""
+  if cpuinfo is None:
+    path = pathlib.Path("/proc/cpuinfo")
+    cpuinfo = path.read_text() if path.exists() else ""
+  fields: dict[str, str] = {}
+  for line in cpuinfo.splitlines():
+    if not line.strip():
+      if fields:
+        break  # One processor is enough: the rest are the same kind.
+      continue
+    key, _, value = line.partition(":")
+    fields.setdefault(key.strip(), value.strip())
+  return Cpu(vendor=fields.get("vendor_id", ""), model=fields.get("model name", ""),
+             features=frozenset(fields.get("flags", "").split()))
+
+
+def _flag_name(flag: str) -> str:
+  return flag.split("=", 1)[0]
+
+
+def chosen_flags(cpu: Cpu | None = None, environ: MutableMapping[str, str] | None = None) -> tuple[str, ...]:
+  """The flags for this CPU: DOCENT_JAX_CPU_FLAGS if set ("none": no flags), else its family's."""
+  environ = os.environ if environ is None else environ
+  override = environ.get(OVERRIDE_VARIABLE)
+  if override is not None:
+    return () if override.strip() in ("", "none") else tuple(override.split())
+  return FLAGS_BY_FAMILY[(cpu or read_cpu()).family]
+
+
+def apply(cpu: Cpu | None = None, environ: MutableMapping[str, str] | None = None) -> tuple[str, ...]:
+  """Adds the chosen flags to XLA_FLAGS, except those XLA_FLAGS already sets; returns the flags added.
+
+  Must run before JAX's CPU backend exists (before the first array or jit call); later, XLA ignores it.
+  """
+  environ = os.environ if environ is None else environ
+  present = {_flag_name(flag) for flag in environ.get("XLA_FLAGS", "").split()}
+  added = tuple(flag for flag in chosen_flags(cpu, environ) if _flag_name(flag) not in present)
+  if added:
+    environ["XLA_FLAGS"] = " ".join([environ.get("XLA_FLAGS", ""), *added]).strip()
+  return added

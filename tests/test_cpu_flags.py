@@ -1,0 +1,65 @@
+"""The XLA CPU flags come from one place, per CPU family, and the user's choice wins."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from docent_jax import cpu_flags
+
+AMD = "vendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 avx512f avx512_bf16\n\n"
+INTEL_AMX = ("vendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R)\nflags\t\t: avx2 avx512f amx_bf16 amx_tile\n\n"
+             "vendor_id\t: GenuineIntel\nmodel name\t: another\n")
+
+
+@pytest.mark.parametrize("cpuinfo, family", [
+    (AMD, "amd-avx512"),
+    (INTEL_AMX, "intel-amx"),
+    (INTEL_AMX.replace(" amx_bf16 amx_tile", ""), "intel-avx512"),
+    ("vendor_id\t: GenuineIntel\nflags\t\t: avx2\n", "other"),
+    ("", "other"),
+])
+def test_the_family_follows_vendor_and_features(cpuinfo, family):
+  assert cpu_flags.read_cpu(cpuinfo).family == family
+
+
+def test_the_first_processor_describes_the_cpu():
+  assert cpu_flags.read_cpu(INTEL_AMX).model == "Intel(R) Xeon(R)"
+
+
+def test_apply_adds_the_family_flags_and_keeps_the_users(monkeypatch):
+  monkeypatch.setitem(cpu_flags.FLAGS_BY_FAMILY, "amd-avx512", ("--xla_a=1", "--xla_b=2"))
+  cpu = cpu_flags.read_cpu(AMD)
+  environ = {"XLA_FLAGS": "--xla_b=7 --xla_force_host_platform_device_count=8"}
+  assert cpu_flags.apply(cpu, environ) == ("--xla_a=1",)
+  assert environ["XLA_FLAGS"] == "--xla_b=7 --xla_force_host_platform_device_count=8 --xla_a=1"
+  # Applying twice adds nothing.
+  assert cpu_flags.apply(cpu, environ) == ()
+
+
+@pytest.mark.parametrize("override, expected", [("none", ""), ("", ""), ("--xla_c=3 --xla_d", "--xla_c=3 --xla_d")])
+def test_the_override_variable_replaces_the_choice(monkeypatch, override, expected):
+  monkeypatch.setitem(cpu_flags.FLAGS_BY_FAMILY, "amd-avx512", ("--xla_a=1",))
+  environ = {cpu_flags.OVERRIDE_VARIABLE: override}
+  cpu_flags.apply(cpu_flags.read_cpu(AMD), environ)
+  assert environ.get("XLA_FLAGS", "") == expected
+
+
+def test_every_family_has_an_entry_and_real_flags():
+  assert {cpu_flags.Cpu(v, "", frozenset(f)).family for v, f in [
+      ("GenuineIntel", {"amx_bf16", "avx512f"}), ("GenuineIntel", {"avx512f"}), ("AuthenticAMD", {"avx512f"}),
+      ("", set())]} == set(cpu_flags.FLAGS_BY_FAMILY)
+  for flags in cpu_flags.FLAGS_BY_FAMILY.values():
+    assert all(flag.startswith("--xla_cpu_") for flag in flags)
+
+
+def test_importing_the_package_sets_the_flags_before_jax_starts():
+  code = ("import os; import docent_jax, jax; jax.numpy.ones(1).block_until_ready(); "
+          "print(os.environ.get('XLA_FLAGS', ''))")
+  env = {**os.environ, cpu_flags.OVERRIDE_VARIABLE: "--xla_cpu_enable_fast_min_max=true", "XLA_FLAGS": ""}
+  out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout
+  assert out.split() == ["--xla_cpu_enable_fast_min_max=true"]
+  # XLA rejects an unknown flag at start-up, so a flag the package passes reaches XLA.
+  env[cpu_flags.OVERRIDE_VARIABLE] = "--xla_cpu_no_such_flag=1"
+  failed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+  assert failed.returncode != 0 and "xla_cpu_no_such_flag" in failed.stderr
