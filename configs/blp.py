@@ -43,6 +43,9 @@ def get_config(arg: str = "wn18rr") -> ml_collections.ConfigDict:
   config.model.encoder = "bert"  # bert | bow (BE-BOW) | cnn (DKRL)
   config.model.dim = 128  # Entity vectors; bow: 0 = the word-piece embeddings' width, with no linear map.
   config.model.scoring = scoring or "transe"
+  # BERT, one process: a training batch's shorter half of descriptions is encoded cut to this many word pieces when
+  # they all fit (the same vectors, less time per step; docs/blp.md#training-efficiency-on-cpu); 0: off.
+  config.model.short_half_width = 24
 
   config.loss = ml_collections.ConfigDict()
   config.loss.name = "margin"  # margin | nll

@@ -30,11 +30,11 @@ EVALUATIONS_FILE = "evaluations.jsonl"  # One line per periodic evaluation done:
 
 # Keys that may change between a run and its restart without changing what is trained: where it
 # runs (mesh), how it reads batches ahead (data.num_workers, data.prefetch), whether it recomputes activations
-# to save memory (model.remat), how often it reports or saves, how it evaluates (`eval`, `evals`), and which
-# other runs share its workdir (`baselines`, `finetune`).
-RESTART_SAFE_KEYS = ("mesh", "data.num_workers", "data.prefetch", "model.remat", "train.log_every_steps",
-                     "train.checkpoint_every_steps", "train.keep_checkpoints", "eval", "evals", "baselines", "finetune",
-                     "num_seeds")
+# to save memory (model.remat) or cuts short rows to save time (model.short_half_width), how often it reports or
+# saves, how it evaluates (`eval`, `evals`), and which other runs share its workdir (`baselines`, `finetune`).
+RESTART_SAFE_KEYS = ("mesh", "data.num_workers", "data.prefetch", "model.remat", "model.short_half_width",
+                     "train.log_every_steps", "train.checkpoint_every_steps", "train.keep_checkpoints", "eval", "evals",
+                     "baselines", "finetune", "num_seeds")
 # Keys added to the configs after runs were recorded, each with the value that trains as the runs before it
 # did: a recorded config without the key reads as having that value, so that those runs still resume.
 ADDED_KEYS = {"optim.schedule": "linear", "data.drop_stopwords": False, "data.setting": "inductive"}

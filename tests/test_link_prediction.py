@@ -3,11 +3,14 @@ import math
 import re
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 import numpy as np
 import pytest
 
+import kg_fixtures
 from docent_jax import parallel
+from docent_jax.data import pipeline
 from docent_jax.evaluation import link_prediction
 from docent_jax.evaluation import metrics
 from docent_jax.objectives import blp
@@ -204,3 +207,40 @@ def test_in_batch_negatives_never_draw_either_entity_of_their_triple():
     assert not drawn & {i, batch_size + i}
     assert drawn == set(range(2 * batch_size)) - {i, batch_size + i}  # Every other slot, over 64 draws.
   assert corrupt_head.any() and not corrupt_head.all()
+
+
+def test_shorter_half_first_splits_rows_by_length_and_orders_them_back():
+  head = np.array([[5, 5, 5, 5, 0, 0], [5, 0, 0, 0, 0, 0], [5, 5, 5, 5, 5, 5]])
+  tail = np.array([[5, 5, 0, 0, 0, 0], [5, 5, 5, 5, 5, 0], [5, 5, 5, 0, 0, 0]])
+  split = pipeline.shorter_half_first(head, tail, short_width=3, pad_id=0)
+  assert split["short_tokens"].shape == (3, 3) and split["long_tokens"].shape == (3, 6)
+  rows = np.concatenate([head, tail])
+  padded_short = np.pad(split["short_tokens"], ((0, 0), (0, 3)))
+  np.testing.assert_array_equal(np.concatenate([padded_short, split["long_tokens"]])[split["entity_order"]], rows)
+  # A shorter half that does not fit stays at full width; another padding id counts as padding.
+  assert pipeline.shorter_half_first(head, tail, short_width=2, pad_id=0)["short_tokens"].shape == (3, 6)
+  assert pipeline.shorter_half_first(head + 1, tail + 1, short_width=3, pad_id=1)["short_tokens"].shape == (3, 3)
+
+
+@pytest.mark.parametrize("data_shards", [1, 2])
+def test_encoding_the_shorter_half_cut_short_gives_the_same_loss_and_gradient(kg_dir, tfds_dir, data_shards):
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  config.model.bert.hidden_dropout_prob = config.model.bert.attention_probs_dropout_prob = 0.0  # Same vectors.
+  config.mesh.shape = (data_shards, 1)
+  objective = blp.BlpObjective(config, parallel.create_mesh(config.mesh))
+  params = objective.init_variables(jax.random.key(0))
+  rng = np.random.default_rng(0)
+  batch_size, width = 8, config.data.max_len
+  lengths = rng.integers(2, width + 1, size=(2, batch_size))
+  tokens = [np.where(np.arange(width) < n[:, None], rng.integers(1000, 2000, (batch_size, width)), 0).astype(np.int32)
+            for n in lengths]
+  batch = {"head": np.arange(batch_size), "relation": np.zeros(batch_size, np.int32), "head_tokens": tokens[0],
+           "tail_tokens": tokens[1]}
+  loss_and_gradient = jax.jit(jax.value_and_grad(lambda p, b: objective.loss(p, b, jax.random.key(1))[0]))
+  reference = loss_and_gradient(params, batch)
+  for short_width in (int(np.sort(lengths.ravel())[batch_size - 1]), 2):  # Cut short; at full width.
+    split = {**batch, **pipeline.shorter_half_first(tokens[0], tokens[1], short_width, pad_id=0)}
+    assert split["short_tokens"].shape[1] == (short_width if short_width > 2 else width)
+    loss, gradient = loss_and_gradient(params, split)
+    np.testing.assert_allclose(loss, reference[0], rtol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4), gradient, reference[1])

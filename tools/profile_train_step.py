@@ -6,7 +6,7 @@
 Times, as medians over --steps calls after a compiling one, on the config's first training batch: reading
 a batch (`train_batches` in the training process), the loss alone, the loss and its gradient, the
 optimizer's update of the params, and the trainer's whole jitted step. Also counts the params the optimizer
-updates and the tokens (padding included) each batch holds. Prints one JSON object.
+updates and the tokens (padding included) each batch encodes. Prints one JSON object.
 """
 import functools
 import json
@@ -83,7 +83,9 @@ def profile(trainer: train.Trainer, calls: int) -> dict[str, Any]:
 
   parts["optimizer_update"] = median_seconds(apply_update, calls)
   step = trainer.config.train.global_batch_size / bench_input_pipeline.consumed_rate(trainer, calls)[0]
-  token_arrays = [np.asarray(value) for key, value in local_batch.items() if "token" in key]
+  # A BLP batch split by length (`pipeline.shorter_half_first`) is encoded from its short and long rows.
+  encoded = ("short_tokens", "long_tokens") if "short_tokens" in local_batch else tuple(local_batch)
+  token_arrays = [np.asarray(local_batch[key]) for key in encoded if "token" in key]
   params = jax.tree.leaves(grads)
   return {
       "seconds": {"read_batch": round(batch_seconds, 5), **{k: round(v, 5) for k, v in parts.items()},

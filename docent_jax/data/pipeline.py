@@ -57,8 +57,27 @@ def process_batches(num_records: int, read: Callable[[np.ndarray], dict[str, np.
           .to_iter_dataset(IN_ORDER))
 
 
+def shorter_half_first(head_tokens: np.ndarray, tail_tokens: np.ndarray, short_width: int,
+                       pad_id: int) -> dict[str, np.ndarray]:
+  """A batch's entity rows [heads; tails] split by length for an encoder whose time goes per token.
+
+  Returns 'short_tokens' [b, short_width] (the b shorter rows, cut to `short_width` word pieces; at full width when
+  one of them does not fit), 'long_tokens' [b, max_len] (the b longer rows) and 'entity_order' [2b]: row i of
+  [heads; tails] is row entity_order[i] of [short; long]. Cutting padding changes no vector (it is masked).
+  """
+  rows = np.concatenate([head_tokens, tail_tokens])
+  half = len(head_tokens)
+  lengths = np.count_nonzero(rows != pad_id, axis=1)
+  order = np.argsort(lengths, kind="stable")
+  width = short_width if lengths[order[half - 1]] <= short_width else rows.shape[1]
+  entity_order = np.empty(len(rows), np.int32)
+  entity_order[order] = np.arange(len(rows), dtype=np.int32)
+  return {"short_tokens": rows[order[:half], :width], "long_tokens": rows[order[half:]], "entity_order": entity_order}
+
+
 def triple_batches(triples: np.ndarray, entity_tokens: np.ndarray, *, global_batch_size: int, seed: int,
-                   shuffle: bool = True, num_epochs: int | None = None) -> grain.IterDataset:
+                   shuffle: bool = True, num_epochs: int | None = None, short_half_width: int = 0,
+                   pad_id: int = 0) -> grain.IterDataset:
   """Batches of training triples with their entities' token ids (see `process_batches`).
 
   Args:
@@ -69,6 +88,10 @@ def triple_batches(triples: np.ndarray, entity_tokens: np.ndarray, *, global_bat
     seed: shuffling seed.
     shuffle: a new permutation every epoch (else file order).
     num_epochs: epochs to run; None repeats forever.
+    short_half_width: when below max_len, each batch also holds `shorter_half_first`'s arrays, so that the
+      step encodes the shorter half of its descriptions at this width. One process only: processes would
+      need to agree on the width, the shape of a global array.
+    pad_id: the tokenizer's padding id, after each description's word pieces.
 
   Returns:
     A grain dataset yielding dicts of numpy arrays 'head', 'relation', 'tail' int32 [b] and
@@ -76,11 +99,15 @@ def triple_batches(triples: np.ndarray, entity_tokens: np.ndarray, *, global_bat
   """
   triples = np.asarray(triples, np.int32)
   entity_tokens = np.asarray(entity_tokens, np.int32)
+  split = 0 < short_half_width < entity_tokens.shape[1] and jax.process_count() == 1
 
   def read(indices: np.ndarray) -> dict[str, np.ndarray]:
     head, relation, tail = triples[indices].T
-    return {"head": head, "relation": relation, "tail": tail,
-            "head_tokens": entity_tokens[head], "tail_tokens": entity_tokens[tail]}
+    batch = {"head": head, "relation": relation, "tail": tail,
+             "head_tokens": entity_tokens[head], "tail_tokens": entity_tokens[tail]}
+    if split:
+      batch.update(shorter_half_first(batch["head_tokens"], batch["tail_tokens"], short_half_width, pad_id))
+    return batch
 
   return process_batches(len(triples), read, global_batch_size=global_batch_size, seed=seed, shuffle=shuffle,
                          num_epochs=num_epochs)

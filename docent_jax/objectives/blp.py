@@ -93,14 +93,24 @@ class BlpObjective(base.Objective):
   def train_batches(self, seed: int) -> Any:
     return pipeline.triple_batches(
         self.graph.triples["train"], self.entity_tokens,
-        global_batch_size=self.config.train.global_batch_size, seed=seed)
+        global_batch_size=self.config.train.global_batch_size, seed=seed,
+        short_half_width=self.config.model.get("short_half_width", 0) if self.config.model.encoder == "bert" else 0,
+        pad_id=self.tokenizer.pad_token_id)
 
   def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     dropout_rng, negatives_rng = jax.random.split(rng)
     batch_size = batch["head"].shape[0]
-    tokens = jnp.concatenate([batch["head_tokens"], batch["tail_tokens"]])
-    entities, relation = self.module.apply({"params": params}, tokens, batch["relation"], deterministic=False,
-                                          rngs={"dropout": dropout_rng})
+    if "short_tokens" in batch:  # The shorter half of the rows cut short (`pipeline.shorter_half_first`).
+      short_rng, dropout_rng = jax.random.split(dropout_rng)
+      short = self.module.apply({"params": params}, batch["short_tokens"], deterministic=False,
+                                rngs={"dropout": short_rng}, method=blp_model.BlpModel.encode)
+      entities, relation = self.module.apply({"params": params}, batch["long_tokens"], batch["relation"],
+                                            deterministic=False, rngs={"dropout": dropout_rng})
+      entities = jnp.concatenate([short, entities])[batch["entity_order"]]
+    else:
+      tokens = jnp.concatenate([batch["head_tokens"], batch["tail_tokens"]])
+      entities, relation = self.module.apply({"params": params}, tokens, batch["relation"], deterministic=False,
+                                            rngs={"dropout": dropout_rng})
     heads, tails = entities[:batch_size], entities[batch_size:]
     positive = self.scoring.score(heads, relation, tails)
     negative_index, corrupt_head = sample_negatives(negatives_rng, batch_size, self.config.loss.num_negatives)
