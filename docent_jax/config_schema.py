@@ -58,6 +58,7 @@ RANGES: tuple[Rule, ...] = tuple((pattern, *check) for pattern, check in (
     ("data.max_pairs_per_class", at_least(0)),  # 0: no cap.
     ("data.task_ratio.*", at_least(0)),
     ("model.dim", at_least(0)),  # 0: the encoder's own width, no projection.
+    ("model.short_half_width", at_least(0)),  # 0: off.
     ("model.scale", positive),
     ("model.entity_init_sentences", at_least(1)),
     ("model.bert.*_size", at_least(1)),

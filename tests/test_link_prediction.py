@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 import kg_fixtures
+from configs import default
+from docent_jax import config_schema
 from docent_jax import parallel
 from docent_jax.data import pipeline
 from docent_jax.evaluation import link_prediction
@@ -242,3 +244,10 @@ def test_encoding_the_shorter_half_cut_short_gives_the_same_loss_and_gradient(kg
     loss, gradient = loss_and_gradient(params, split)
     np.testing.assert_allclose(loss, reference[0], rtol=1e-5)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4), gradient, reference[1])
+
+
+def test_a_negative_short_half_width_is_a_config_error():
+  config = default.get_config()
+  config.model.short_half_width = -8
+  with pytest.raises(ValueError, match="config.model.short_half_width = -8"):
+    config_schema.check_config(config, parallel.create_mesh(config.mesh))
