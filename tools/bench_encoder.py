@@ -9,7 +9,7 @@ frameworks' final hidden states (dropout off), against the parity tests' toleran
 
   python tools/bench_encoder.py [--batch 32 --length 64 --steps 10] [--dtype bfloat16]
   # Flag sets side by side, each in its own process (XLA reads its flags once per process), `--rounds` times:
-  python tools/bench_encoder.py --compare chosen= --compare ynn=--xla_cpu_experimental_ynn_fusion_type=dot
+  python tools/bench_encoder.py --compare none= --compare ynn=--xla_cpu_experimental_ynn_fusion_type=dot
 """
 import argparse
 import json
