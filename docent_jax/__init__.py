@@ -3,10 +3,12 @@ representations) in JAX/Flax. `docent_jax.load(run_dir)` gives a trained run as 
 from typing import Any
 
 from docent_jax import cpu_flags
+from docent_jax import host_memory
 
-# Before JAX's CPU backend exists, which reads XLA_FLAGS once: every entry point (main, the tests, the tools, a
-# notebook) imports this package first.
+# Before JAX's CPU backend exists, which reads XLA_FLAGS once and starts the threads that allocate: every entry
+# point (main, the tests, the tools, a notebook) imports this package first.
 cpu_flags.apply()
+host_memory.reuse_freed_memory()
 
 
 def load(path: Any) -> Any:
