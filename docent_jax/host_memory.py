@@ -22,6 +22,7 @@ ACCELERATOR_DEVICES = ("/dev/accel[0-9]*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]
 # glibc's malloc.h parameter numbers, and their values here.
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
 SETTINGS = ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2**31 - 1))
+_applied = False
 
 
 def computes_on_cpu(environ: Mapping[str, str] | None = None, devices: tuple[str, ...] = ACCELERATOR_DEVICES) -> bool:
@@ -40,6 +41,13 @@ def reuse_freed_memory(environ: Mapping[str, str] | None = None) -> bool:
     return False
   if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
     return False
+  global _applied
   mallopt = ctypes.CDLL(None).mallopt
   # mallopt returns 1 on success; all settings are attempted either way.
-  return all([mallopt(parameter, value) == 1 for parameter, value in SETTINGS])
+  _applied = all([mallopt(parameter, value) == 1 for parameter, value in SETTINGS])
+  return _applied
+
+
+def applied() -> bool:
+  """Whether this process runs with `SETTINGS` (set when the package was imported)."""
+  return _applied

@@ -1,8 +1,9 @@
 """Training-step speed of the Flax BERT against PyTorch transformers' BertModel, on CPU.
 
 Both take the same pretrained weights (MiniLM-L6 by default), the same padded batch, dropout on,
-the same loss (mean square of the [CLS] output) and AdamW. Steps alternate between the two so that
-load from other processes hits both alike; the medians are reported with the achieved GFLOP/s
+the same loss (mean square of the [CLS] output) and AdamW, in one process, so under the same heap settings
+(`docent_jax.host_memory`; DOCENT_JAX_MALLOC=default gives both glibc's defaults). Steps alternate between
+the two so that load from other processes hits both alike; the medians are reported with the achieved GFLOP/s
 against a large float32 matmul measured in the same run, the XLA flags the step ran with (from
 `docent_jax.cpu_flags`, the one place that chooses them) and the largest difference between the two
 frameworks' final hidden states (dropout off), against the parity tests' tolerance. Prints one JSON object.
@@ -26,6 +27,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Runnable from a checkout without installing the package. Importing it sets the XLA flags (`cpu_flags`).
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from docent_jax import cpu_flags  # pylint: disable=g-import-not-at-top
+from docent_jax import host_memory  # pylint: disable=g-import-not-at-top
 
 import jax  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -129,12 +131,15 @@ def matmul_peak_gflops(dtype: str = "float32", size: int = 2048, repeats: int = 
 
 
 def cpu_description() -> dict[str, str | list[str]]:
-  """The CPU model and family, its AVX/AMX flags, XLA's flags, and the instruction set PyTorch dispatches to."""
+  """The CPU model and family, its AVX/AMX flags, XLA's flags, the heap's settings (`host_memory`; PyTorch in
+  this process shares them) and the instruction set PyTorch dispatches to."""
   import torch  # pylint: disable=g-import-not-at-top
   cpu = cpu_flags.read_cpu()
   return {"cpu": cpu.model or platform.processor(), "cpu_family": cpu.family,
           "isa_flags": sorted(f for f in cpu.features if f.startswith(("avx", "amx"))),
-          "xla_flags": os.environ.get("XLA_FLAGS", ""), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+          "xla_flags": os.environ.get("XLA_FLAGS", ""),
+          "host_memory": "freed memory reused" if host_memory.applied() else "glibc default",
+          "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def compare(flag_sets: list[str], rounds: int, argv: list[str]) -> dict:
