@@ -16,6 +16,8 @@ import tensorflow_datasets as tfds
 
 from docent_jax import checkpoints
 from docent_jax import config_schema
+from docent_jax import cpu_flags
+from docent_jax import host_memory
 from docent_jax import parallel
 from docent_jax import train
 
@@ -75,6 +77,10 @@ def main(argv: list[str]) -> None:
     parallel.initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
   logging.info("Config %s on %d %s device(s); workdir %s.", FLAGS.config.name, jax.device_count(),
                jax.devices()[0].platform, FLAGS.workdir)
+  if jax.devices()[0].platform == "cpu":
+    logging.info("CPU settings: XLA_FLAGS %r (%s overrides the family's); heap: %s (%s=default: glibc's).",
+                 os.environ.get("XLA_FLAGS", ""), cpu_flags.OVERRIDE_VARIABLE,
+                 "freed memory reused" if host_memory.applied() else "glibc defaults", host_memory.OVERRIDE_VARIABLE)
   try:
     if FLAGS.mode == "train":
       train.train_and_evaluate(FLAGS.config, FLAGS.workdir, take_over_other_hosts=FLAGS.resume_preempted,
