@@ -14,7 +14,6 @@ from collections.abc import Mapping
 import ctypes
 import glob
 import os
-import platform
 
 OVERRIDE_VARIABLE = "DOCENT_JAX_MALLOC"
 # Device files of the accelerators JAX looks for: TPU (accel, vfio) and NVIDIA GPU.
@@ -37,9 +36,7 @@ def computes_on_cpu(environ: Mapping[str, str] | None = None, devices: tuple[str
 def reuse_freed_memory(environ: Mapping[str, str] | None = None) -> bool:
   """Applies `SETTINGS` with glibc's mallopt where JAX computes on the CPU; returns whether they were applied."""
   environ = os.environ if environ is None else environ
-  if environ.get(OVERRIDE_VARIABLE, "").strip() == "default" or not computes_on_cpu(environ):
-    return False
-  if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+  if environ.get(OVERRIDE_VARIABLE, "").strip() == "default" or not computes_on_cpu(environ) or not _on_glibc():
     return False
   global _applied
   mallopt = ctypes.CDLL(None).mallopt
@@ -48,6 +45,14 @@ def reuse_freed_memory(environ: Mapping[str, str] | None = None) -> bool:
   return _applied
 
 
-def applied() -> bool:
-  """Whether this process runs with `SETTINGS` (set when the package was imported)."""
-  return _applied
+def _on_glibc() -> bool:
+  # A constant lookup, unlike platform.libc_ver(), which scans the Python binary at every import of the package.
+  try:
+    return os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc")
+  except (ValueError, OSError):  # Not a GNU system.
+    return False
+
+
+def description() -> str:
+  """This process's heap settings in words, for logs and benchmark reports."""
+  return "freed memory reused" if _applied else "glibc default"

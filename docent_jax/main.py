@@ -80,7 +80,7 @@ def main(argv: list[str]) -> None:
   if jax.devices()[0].platform == "cpu":
     logging.info("CPU settings: XLA_FLAGS %r (%s overrides the family's); heap: %s (%s=default: glibc's).",
                  os.environ.get("XLA_FLAGS", ""), cpu_flags.OVERRIDE_VARIABLE,
-                 "freed memory reused" if host_memory.applied() else "glibc defaults", host_memory.OVERRIDE_VARIABLE)
+                 host_memory.description(), host_memory.OVERRIDE_VARIABLE)
   try:
     if FLAGS.mode == "train":
       train.train_and_evaluate(FLAGS.config, FLAGS.workdir, take_over_other_hosts=FLAGS.resume_preempted,

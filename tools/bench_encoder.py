@@ -138,7 +138,7 @@ def cpu_description() -> dict[str, str | list[str]]:
   return {"cpu": cpu.model or platform.processor(), "cpu_family": cpu.family,
           "isa_flags": sorted(f for f in cpu.features if f.startswith(("avx", "amx"))),
           "xla_flags": os.environ.get("XLA_FLAGS", ""),
-          "host_memory": "freed memory reused" if host_memory.applied() else "glibc default",
+          "host_memory": host_memory.description(),
           "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
