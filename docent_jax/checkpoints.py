@@ -6,6 +6,7 @@ Every path goes through `etils.epath`, so a `gs://` workdir works like a local o
 from collections.abc import Callable, Iterator
 import contextlib
 import json
+import logging as python_logging
 import os
 import re
 import socket
@@ -18,6 +19,7 @@ import jax
 import ml_collections
 import orbax.checkpoint as ocp
 
+from docent_jax import outputs
 from docent_jax.data import fingerprint
 
 CHECKPOINTS_DIR = "checkpoints"  # In a run's workdir: the train state's Orbax steps.
@@ -60,44 +62,6 @@ class CheckpointWriteError(RuntimeError):
   """A checkpoint could not be written (e.g. a full disk); names the step, the directory and the OS cause."""
 
 
-class DamagedFileError(ValueError):
-  """A file the trainer writes whole cannot be read back; it is left as it is."""
-
-
-def write_atomically(path: str | epath.PathLike, text: str) -> None:
-  """Writes `text` beside `path`, then renames it over `path`: a stop or a full disk mid-write leaves the
-  previous file whole. On gs:// an upload replaces the object whole, so it is written in place."""
-  path = as_path(path)
-  if "://" in str(path):  # An object store replaces an object whole when its upload completes; no rename needed.
-    path.write_text(text)
-    return
-  partial = path.parent / (path.name + ".partial")
-  try:
-    partial.write_text(text)
-  except BaseException:
-    if partial.exists():
-      partial.unlink()
-    raise
-  partial.replace(path)
-
-
-def read_json(path: str | epath.PathLike) -> Any:
-  """The JSON in `path`; a damaged file is a `DamagedFileError` naming it."""
-  path = as_path(path)
-  text = path.read_text()
-  try:
-    return json.loads(text)
-  except ValueError as error:
-    raise DamagedFileError(f"{path} is damaged ({error}; {len(text)} bytes). It is left as it is: restore it, or "
-                           "move it away to start it anew.") from error
-
-
-def as_path(path: str | epath.PathLike) -> epath.Path:
-  """An epath.Path; local relative paths become absolute (Orbax needs absolute paths), URLs stay as they are."""
-  path = epath.Path(path)
-  return path if "://" in str(path) or path.is_absolute() else epath.Path(path.absolute())
-
-
 def _parent_block(config: dict, dotted: str) -> tuple[dict | None, str]:
   """The block of `config` holding the key `dotted` ('optim.schedule': config['optim']), or None, and the key."""
   *parents, leaf = dotted.split(".")
@@ -127,10 +91,10 @@ def _without_restart_safe_keys(config: dict) -> dict:
 
 def recorded_config(workdir: str | epath.PathLike) -> ml_collections.ConfigDict:
   """The config a workdir's run recorded (e.g. to rebuild the model a fine-tuning run starts from)."""
-  path = as_path(workdir) / CONFIG_FILE
+  path = outputs.as_path(workdir) / CONFIG_FILE
   if not path.exists():
     raise FileNotFoundError(f"{path} does not exist: {path.parent} holds no run.")
-  return ml_collections.ConfigDict(read_json(path))
+  return ml_collections.ConfigDict(outputs.read_json(path))
 
 
 @contextlib.contextmanager
@@ -146,7 +110,7 @@ def workdir_lock(workdir: str | epath.PathLike, take_over_other_hosts: bool = Fa
   if jax.process_index() != 0:
     yield
     return
-  path = as_path(workdir) / LOCK_FILE
+  path = outputs.as_path(workdir) / LOCK_FILE
   path.parent.mkdir(parents=True, exist_ok=True)
   owner = {"host": socket.gethostname(), "pid": os.getpid()}
   while not _create_exclusive(path, json.dumps(owner)):
@@ -195,7 +159,7 @@ def _process_alive(pid: int) -> bool:
 
 def has_trained_steps(workdir: str | epath.PathLike) -> bool:
   """Whether the run in `workdir` saved a checkpoint of a trained step (or of step 0 of a 0-step run)."""
-  directory = as_path(workdir) / CHECKPOINTS_DIR
+  directory = outputs.as_path(workdir) / CHECKPOINTS_DIR
   return directory.exists() and any(p.name.isdigit() for p in directory.iterdir())
 
 
@@ -231,9 +195,9 @@ def _record_or_check(workdir: str | epath.PathLike, name: str, current: dict[str
                      error: Callable[[epath.Path, list[str]], Exception]) -> None:
   """Writes `current` to `workdir/name`, unless a record is there: then raises `error` when it differs and a
   step was trained under it; a record under which nothing was trained is replaced, with a warning."""
-  path = as_path(workdir) / name
+  path = outputs.as_path(workdir) / name
   if path.exists():
-    changes = changes_from(read_json(path))
+    changes = changes_from(outputs.read_json(path))
     if not changes:
       return
     if has_trained_steps(workdir):
@@ -242,7 +206,7 @@ def _record_or_check(workdir: str | epath.PathLike, name: str, current: dict[str
                     "; ".join(changes))
   if jax.process_index() == 0:
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps(current, indent=2, sort_keys=True))
+    outputs.write_atomically(path, json.dumps(current, indent=2, sort_keys=True))
 
 
 def _differing_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -274,7 +238,7 @@ class StateCheckpoints:
   """
 
   def __init__(self, workdir: str | epath.PathLike, *, every_steps: int = 1, keep: int | None = None):
-    self.directory = as_path(workdir) / CHECKPOINTS_DIR
+    self.directory = outputs.as_path(workdir) / CHECKPOINTS_DIR
     self.manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(save_interval_steps=every_steps, max_to_keep=keep, create=True),
@@ -351,7 +315,7 @@ class BestParams:
       raise ValueError(f"config.eval.best_mode must be 'max' or 'min'; got {mode!r}.")
     self.metric = metric
     self.manager = ocp.CheckpointManager(
-        as_path(directory),
+        outputs.as_path(directory),
         options=ocp.CheckpointManagerOptions(max_to_keep=1, best_fn=lambda metrics: metrics[metric],
                                              best_mode=mode, create=True),
         item_names=("params",))
@@ -381,25 +345,60 @@ class BestParams:
     self.manager.close()
 
 
+def _saved_steps(directory: epath.Path) -> list[int]:
+  return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()) if directory.exists() else []
+
+
+def latest_saved_step(workdir: str | epath.PathLike) -> int | None:
+  """The last step the run in `workdir` saved a checkpoint of; None when it saved none."""
+  steps = _saved_steps(outputs.as_path(workdir) / CHECKPOINTS_DIR)
+  return steps[-1] if steps else None
+
+
+class _OrbaxErrorsOnly(python_logging.Filter):
+  def filter(self, record: python_logging.LogRecord) -> bool:
+    return record.levelno >= python_logging.ERROR or "orbax" not in record.pathname
+
+
+@contextlib.contextmanager
+def quiet_orbax() -> Iterator[None]:
+  """While open, Orbax logs only its errors, unless --verbosity asks for more: a load's some twenty lines of
+  Orbax housekeeping (handlers created, bytes per second, a metadata file it does without) say nothing to a user."""
+  if logging.get_verbosity() > 0:
+    yield
+    return
+  logger, quiet = python_logging.getLogger("absl"), _OrbaxErrorsOnly()
+  logger.addFilter(quiet)
+  try:
+    yield
+  finally:
+    logger.removeFilter(quiet)
+
+
 def restore_reported_params(workdir: str | epath.PathLike) -> tuple[Any, int]:
   """The params a run reported and their step, without the model's code: the best params where the run kept
-  them, else the latest step's; as host arrays, whatever topology wrote them."""
-  workdir = as_path(workdir)
-  best = [int(p.name) for p in (workdir / BEST_DIR).iterdir() if p.name.isdigit()] if (workdir / BEST_DIR).exists() else []
-  steps = [int(p.name) for p in (workdir / CHECKPOINTS_DIR).iterdir()
-           if p.name.isdigit()] if (workdir / CHECKPOINTS_DIR).exists() else []
+  them, else the latest step's; as host arrays, whatever topology wrote them. A checkpoint that cannot be read
+  is one `CheckpointError` naming it and the cause."""
+  workdir = outputs.as_path(workdir)
+  best, steps = _saved_steps(workdir / BEST_DIR), _saved_steps(workdir / CHECKPOINTS_DIR)
   if best:
-    step, item = max(best), workdir / BEST_DIR / str(max(best)) / "params"
+    step, item = best[-1], workdir / BEST_DIR / str(best[-1]) / "params"
   elif steps:
-    step, item = max(steps), workdir / CHECKPOINTS_DIR / str(max(steps)) / "state"
+    step, item = steps[-1], workdir / CHECKPOINTS_DIR / str(steps[-1]) / "state"
   else:
     raise FileNotFoundError(f"{workdir} holds no checkpoint: it is not a trained run's directory.")
-  checkpointer = ocp.StandardCheckpointer()
-  metadata = checkpointer.metadata(item).item_metadata
-  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-  target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), metadata)
-  restored = jax.device_get(checkpointer.restore(item, target))
-  checkpointer.close()
+  with quiet_orbax():
+    checkpointer = ocp.StandardCheckpointer()
+    try:
+      metadata = checkpointer.metadata(item).item_metadata
+      device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+      target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), metadata)
+      restored = jax.device_get(checkpointer.restore(item, target))
+    except Exception as error:  # Orbax, TensorStore and msgpack each raise their own types for a damaged file.
+      raise CheckpointError(f"{item} cannot be read ({_cause(error)}): the checkpoint of step {step} is damaged or "
+                            "incomplete (e.g. a copy cut short). Copy it again from where it was trained.") from error
+    finally:
+      checkpointer.close()
   logging.info("Restored the params of step %d from %s.", step, item)
   return (restored if best else restored["params"]), step
 
@@ -412,7 +411,7 @@ class EvaluationLog:
   """
 
   def __init__(self, workdir: str | epath.PathLike):
-    self.path = as_path(workdir) / EVALUATIONS_FILE
+    self.path = outputs.as_path(workdir) / EVALUATIONS_FILE
     self._lines = self.path.read_text().splitlines() if self.path.exists() else []
     self._done = set()
     for number, line in enumerate(self._lines, 1):
@@ -431,4 +430,4 @@ class EvaluationLog:
       self._lines.append(json.dumps({"step": step, "evaluator": evaluator, "metrics": values}, sort_keys=True))
       self._done.add((step, evaluator))
     if jax.process_index() == 0:  # Replaced whole: GCS cannot append.
-      write_atomically(self.path, "\n".join(self._lines) + "\n")
+      outputs.write_atomically(self.path, "\n".join(self._lines) + "\n")

@@ -17,6 +17,10 @@ import ml_collections
 
 from docent_jax import parallel
 
+class ConfigError(ValueError):
+  """A config value no run can use; the message names its key."""
+
+
 MODEL_DTYPES = ("float32", "bfloat16", "float16")
 
 # (key pattern, valid, what is valid): a pattern matches dotted keys (fnmatch); numbers only (a bool is no number).
@@ -94,7 +98,7 @@ def _is_number(value: Any) -> bool:
 
 def check_config(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, rows_per_example: int = 1,
                  rules: Sequence[Rule] = ()) -> None:
-  """Raises ValueError naming the first key whose value no run can use.
+  """Raises ConfigError naming the first key whose value no run can use.
 
   `rows_per_example`: batch rows per unit of `train.global_batch_size` (the objective's); the rows are
   split over the mesh's data shards. `rules`: the objective's own, checked like `RANGES`.
@@ -104,7 +108,7 @@ def check_config(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, row
             for key, value in values.items() if fnmatch.fnmatchcase(key, pattern) and _is_number(value)]
   for key, value, ok, message in checks:
     if not ok:
-      raise ValueError(f"config.{key} = {value!r}: {message}.")
+      raise ConfigError(f"config.{key} = {value!r}: {message}.")
   train, data_shards = config.train, mesh.shape[parallel.DATA_AXIS]
   batch_sizes = [("train.global_batch_size", train.global_batch_size, rows_per_example)]
   if "batch_size" in config.get("eval", {}):
@@ -125,7 +129,7 @@ def check_config(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, row
     checks.append(("model.dtype", dtype, dtype in MODEL_DTYPES, f"valid: {list(MODEL_DTYPES)}"))
   for key, value, ok, message in checks:
     if not ok:
-      raise ValueError(f"config.{key} = {value!r}: {message}.")
+      raise ConfigError(f"config.{key} = {value!r}: {message}.")
 
 
 def load_config_file(spec: str) -> ml_collections.ConfigDict:

@@ -1,13 +1,9 @@
 """Entry point: python -m docent_jax.main --config=configs/X.py[:arg] --workdir=DIR [--config.key=value ...]."""
-import logging as python_logging
 import os
 import sys
 import threading
 
-# TensorFlow (the TFDS and CLU writers' backend) logs its C++ start-up at INFO; keep it for --library_logs.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from absl import app  # pylint: disable=g-import-not-at-top
+from absl import app
 from absl import flags
 from absl import logging
 import jax
@@ -15,6 +11,7 @@ from ml_collections import config_flags
 import tensorflow_datasets as tfds
 
 from docent_jax import checkpoints
+from docent_jax import cli
 from docent_jax import config_schema
 from docent_jax import cpu_flags
 from docent_jax import host_memory
@@ -37,25 +34,7 @@ flags.DEFINE_bool("multihost", False, "Join a multi-process runtime detected fro
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0, to join a runtime explicitly.")
 flags.DEFINE_integer("num_processes", None, "Number of processes (with --coordinator_address).")
 flags.DEFINE_integer("process_id", None, "This process's index (with --coordinator_address).")
-flags.DEFINE_bool("library_logs", False, "Also show the INFO logs of libraries (Orbax, JAX, TFDS, grain, ...); "
-                  "by default the console shows this project's INFO logs and everyone's warnings.")
 flags.mark_flags_as_required(["config", "workdir"])
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-class ProjectInfoFilter(python_logging.Filter):
-  """Passes warnings and errors from anywhere, INFO and below only from this package's own modules.
-
-  Orbax's background save threads log their failure with a traceback per thread; Orbax raises the same failure
-  at the next save or wait, which the trainer reports as one `CheckpointWriteError`, so those logs are left out.
-  """
-
-  def filter(self, record: python_logging.LogRecord) -> bool:
-    if record.levelno >= python_logging.ERROR and "orbax" in record.pathname:
-      return "thread" not in record.getMessage() and "background" not in record.getMessage()
-    return record.levelno >= python_logging.WARNING or record.pathname.startswith(_PACKAGE_DIR)
-
 
 def _quiet_closed_event_loops(exc_type, exc, tb, default=sys.excepthook) -> None:
   """After a failed checkpoint write, TensorStore's callbacks reach Orbax's closed event loop from their own
@@ -70,7 +49,6 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if not FLAGS.library_logs:
-    logging.get_absl_handler().addFilter(ProjectInfoFilter())
     sys.excepthook = _quiet_closed_event_loops
     tfds.disable_progress_bar()
   if FLAGS.coordinator_address or FLAGS.multihost:
@@ -89,21 +67,16 @@ def main(argv: list[str]) -> None:
       train.evaluate(FLAGS.config, FLAGS.workdir, force=FLAGS.force, runs=FLAGS.runs)
   except train.Preempted as stop:
     logging.error("%s", stop)
-    sys.exit(EXIT_PREEMPTED)
+    sys.exit(cli.EXIT_TERMINATED)
   except checkpoints.CheckpointWriteError as error:
     logging.error("%s", error)
     # Orbax's failed save threads would fail again, loudly, while the interpreter shuts down around them.
     logging.flush()
     sys.stderr.flush()
     os._exit(1)
-  except (checkpoints.DamagedFileError, checkpoints.WorkdirLockedError,
-          train.IncompleteRunError) as error:  # The message says what to do; a traceback would bury it.
+  except train.IncompleteRunError as error:  # The message says what to do; a traceback would bury it.
     logging.error("%s", error)
     sys.exit(1)
-
-
-# 128 + SIGTERM, what a shell reports for a process ended by SIGTERM, with the checkpoint saved first.
-EXIT_PREEMPTED = 143
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -118,5 +91,10 @@ def parse_flags(argv: list[str]) -> list[str]:
     sys.exit("\n".join(problems))
 
 
+def run() -> None:
+  """The command line: `main` with the project's console and one line for every fault (`cli.run`)."""
+  cli.run(main, "docent_jax.main", flags_parser=parse_flags)
+
+
 if __name__ == "__main__":
-  app.run(main, flags_parser=parse_flags)
+  run()

@@ -4,7 +4,9 @@ Sharding is declared once: parameters carry logical axis names (see `models/`), 
 `mesh.rules` maps those names to mesh axes. Nothing else in the code base names mesh axes, except
 batches, which are always split over the data axis.
 """
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+import contextlib
+import contextvars
 import inspect
 import math
 import time
@@ -18,15 +20,29 @@ from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 import ml_collections
 import numpy as np
+import tqdm
 
 DATA_AXIS = "data"
 MODEL_AXIS = "model"
 # A `map_batches` call longer than this logs its progress this often.
 _PROGRESS_SECONDS = 30.0
+# Whether `Progress` draws a bar on stderr (set by `progress_bars`): for a person at a console, not for logs.
+_show_bars = contextvars.ContextVar("show_progress_bars", default=False)
+
+
+@contextlib.contextmanager
+def progress_bars(show: bool = True) -> Iterator[None]:
+  """While open, every `Progress` (encoding texts, mapping batches) also draws a bar on stderr from its start."""
+  token = _show_bars.set(show)
+  try:
+    yield
+  finally:
+    _show_bars.reset(token)
 
 
 class Progress:
-  """Logs `done / total <what> (rate, ETA)` of a long phase, at most every `_PROGRESS_SECONDS`.
+  """Logs `done / total <what> (rate, ETA)` of a long phase, at most every `_PROGRESS_SECONDS`; inside
+  `progress_bars` it also draws a bar, updated every batch.
 
   With `total_cost`, the ETA follows the cost done (e.g. tokens) rather than the count, for phases whose items
   grow costlier as they go (texts encoded shortest first).
@@ -36,11 +52,19 @@ class Progress:
     self.total, self.what, self.done = total, what, 0
     self.total_cost, self.cost = (total if total_cost is None else total_cost), 0.0
     self.started = self.reported = time.time()
+    # The bar counts the cost (tokens), so that its ETA holds as texts grow longer; its label says what.
+    self.bar = (tqdm.tqdm(total=self.total_cost, desc=f"encoding {total} {what}", unit="", unit_scale=True,
+                          leave=False, bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]")
+                if _show_bars.get() and total else None)
 
   def advance(self, count: int, cost: float | None = None) -> None:
     """`count` more are done, at `cost` (by default `count`)."""
     self.done += count
     self.cost += count if cost is None else cost
+    if self.bar is not None:
+      self.bar.update(count if cost is None else cost)
+      if self.done >= self.total:
+        self.bar.close()
     now = time.time()
     if now - self.reported < _PROGRESS_SECONDS or not self.done:
       return
@@ -202,6 +226,9 @@ def map_batches(fn: Callable[[Any, jax.Array], Any], params: Any, inputs: np.nda
   padded, num_rows = pad_to_multiple(np.asarray(inputs), batch_size)
   sharding = batch_sharding(mesh)
   apply = _jit_replicated(fn, mesh)
+  if not num_rows:  # No rows, no work: the outputs' shapes and types, with no rows.
+    shapes = jax.eval_shape(apply, params, jax.ShapeDtypeStruct((batch_size, *padded.shape[1:]), padded.dtype))
+    return jax.tree.map(lambda shape: np.zeros((0, *shape.shape[1:]), shape.dtype), shapes)
   outputs = []
   row_cost = math.prod(padded.shape[1:])  # Tokens per row, for token inputs.
   progress = progress or Progress(num_rows, what, total_cost=num_rows * row_cost)

@@ -18,16 +18,20 @@ judged entity and nothing else, so this first stage is not comparable with one o
 
 Writes the re-ranked run (--output), optionally the BM25 first stage (--first_stage_output), and adds to the JSON
 --results the keys `<name>/dbpedia_entity/...`: NDCG@10 and NDCG@100 of the first stage and of the re-ranked run
-over every fold's testing queries, each fold's alpha, and coverage counts; keys of other models in that file stay.
+over every fold's testing queries, each fold's alpha, and coverage counts (a query the first stage ranks no
+entity for scores 0, and is counted: `queries_without_candidates`); keys of other models in that file stay.
+Every input file and flag is read and checked before the model loads, and every output is written whole (a full
+disk or a signal leaves an earlier file as it was).
 """
-import json
 import time
 
 from absl import app
 from absl import flags
 from absl import logging
-from etils import epath
 import numpy as np
+
+from docent_jax import cli
+from docent_jax import outputs
 
 from docent_jax.evaluation import entity_reranking as reranking
 from docent_jax.inference import model as inference_model
@@ -69,6 +73,11 @@ def rerank(model: protocol.Model, queries: dict[str, str], qrels: reranking.Qrel
                                      {entity: entity_texts[entity] for entity in judged if entity in entity_texts},
                                      depth)
     results["num_judged_entities"] = len(judged)
+  unranked = [query for query in fold_queries if not first_stage.get(query)]
+  if unranked:  # As trec_eval counts them: every measure 0 for the query.
+    logging.warning("%d of %d queries have no candidates in the first stage (e.g. %s); they score 0.", len(unranked),
+                    len(fold_queries), ", ".join(unranked[:3]))
+  results["queries_without_candidates"] = len(unranked)
   first_stage = {query: first_stage.get(query, {}) for query in fold_queries}
   candidates = sorted({entity for scores in first_stage.values() for entity in scores})
   encoded = [entity for entity in candidates if entity in entity_texts]
@@ -106,27 +115,40 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if FLAGS.descriptions and FLAGS.entity_texts:
     raise app.UsageError("--descriptions completes names when there is no --entity_texts; pass one of the two.")
+  if FLAGS.depth < 1:
+    raise app.UsageError(f"--depth={FLAGS.depth}: must be at least 1.")
   start = time.perf_counter()
-  model = inference_model.load(FLAGS.run_dir)
-  name = FLAGS.name or model.config.get("name", "model")
+  # Everything cheap first: a bad flag or file costs no model load, and no output is touched.
+  written = [(flag, getattr(FLAGS, flag)) for flag in ("output", "first_stage_output", "results")
+             if getattr(FLAGS, flag)]
+  read = [(flag, getattr(FLAGS, flag)) for flag in ("queries", "qrels", "folds", "first_stage", "entity_texts",
+                                                     "descriptions") if getattr(FLAGS, flag)]
+  for flag, path in written:
+    clash = next((other for other, source in read if outputs.same_file(source, path)), None)
+    if clash:
+      raise app.UsageError(f"--{flag}={path} is the --{clash} file; outputs never overwrite inputs.")
+    outputs.check_writable(path, f"--{flag}")
+  if FLAGS.results:
+    outputs.read_results(FLAGS.results)  # A damaged file stops the command now, not after the work.
+  queries, qrels = reranking.read_texts(FLAGS.queries), reranking.read_qrels(FLAGS.qrels)
+  folds = reranking.read_folds(FLAGS.folds)
+  first_stage = reranking.read_run(FLAGS.first_stage) if FLAGS.first_stage else None
+  entity_texts = reranking.read_texts(FLAGS.entity_texts) if FLAGS.entity_texts else None
   descriptions = reranking.read_name_descriptions(FLAGS.descriptions) if FLAGS.descriptions else None
-  first_stage, reranked, results = rerank(
-      model, reranking.read_texts(FLAGS.queries), reranking.read_qrels(FLAGS.qrels),
-      reranking.read_folds(FLAGS.folds),
-      first_stage=reranking.read_run(FLAGS.first_stage) if FLAGS.first_stage else None,
-      entity_texts=reranking.read_texts(FLAGS.entity_texts) if FLAGS.entity_texts else None,
-      descriptions=descriptions, depth=FLAGS.depth)
+  config, _ = inference_model.read_run(FLAGS.run_dir)
+  name = FLAGS.name or config.get("name", "model")
+  model = inference_model.load(FLAGS.run_dir)
+  model.show_progress_bar = True
+  first_stage, reranked, results = rerank(model, queries, qrels, folds, first_stage=first_stage,
+                                          entity_texts=entity_texts, descriptions=descriptions, depth=FLAGS.depth)
   reranking.write_run(reranked, FLAGS.output, name)
   if FLAGS.first_stage_output:
     reranking.write_run(first_stage, FLAGS.first_stage_output, "first_stage")
   prefix = f"{name}/{COLLECTION}/"
   if FLAGS.results:
-    path = epath.Path(FLAGS.results)
-    kept = {key: value for key, value in (json.loads(path.read_text()) if path.exists() else {}).items()
-            if not key.startswith(prefix)}  # A model's earlier results are replaced, others' kept.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dict(sorted({**kept, **{prefix + key: value for key, value in results.items()}}
-                                           .items())), indent=2) + "\n")
+    # A model's earlier results are replaced, others' kept.
+    outputs.merge_results(FLAGS.results, {prefix + key: value for key, value in results.items()},
+                          replaces=lambda key: key.startswith(prefix))
   for key, value in results.items():
     print(f"{prefix}{key}: {value:.4f}" if isinstance(value, float) else f"{prefix}{key}: {value}")
   logging.info("Re-ranked in %.1f s.", time.perf_counter() - start)
@@ -147,4 +169,4 @@ if __name__ == "__main__":
   flags.DEFINE_string("results", "", "A results JSON to add this model's keys to (created if missing).")
   flags.DEFINE_string("name", "", "The model's name in the results' keys; default: the run's config name.")
   flags.mark_flags_as_required(["run_dir", "queries", "qrels", "folds", "output"])
-  app.run(main)
+  cli.run(main, "rerank")

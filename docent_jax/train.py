@@ -31,6 +31,7 @@ import numpy as np
 import optax
 
 from docent_jax import checkpoints
+from docent_jax import outputs
 from docent_jax import config_schema
 from docent_jax import objectives
 from docent_jax import optim
@@ -40,6 +41,7 @@ from docent_jax.evaluation import seeds
 from docent_jax.evaluation import registry as evaluators
 from docent_jax.inference import model as inference_model
 from docent_jax.inference import protocol
+from docent_jax.models import pretrained
 
 RESULTS_FILE = "results.json"
 _SEED_SUFFIX = re.compile(r"_seed\d+$")
@@ -128,6 +130,56 @@ def inherit_params(params: Any, parent_params: Any, encoder_path: tuple[str, ...
   return traverse_util.unflatten_dict(merged)
 
 
+# Metrics the console shows (`<split>/<metric>`); TensorBoard and results.json get every one.
+HEADLINE_METRICS = ("mrr", "hits@10", "search_mrr", "classification_accuracy", "accuracy", "f1", "auc", "map",
+                    "top1", "spearman", "ndcg@10")
+_CONSOLE_SECONDS = 30.0  # A training step's line reaches the console at most this often.
+
+
+def is_headline(key: str) -> bool:
+  """Whether `[<model>/]<split>/<metric>` is a metric the console shows."""
+  return key.rsplit("/", 1)[-1] in HEADLINE_METRICS
+
+
+def results_table(results: dict[str, float], max_width: int = 100) -> str:
+  """A short table of `results` (`<model>/<split>/<metric>`) for the console: a row per model, a column per
+  headline metric of its test split (else of every split), as many as fit in `max_width` characters;
+  results.json has them all."""
+  rows: dict[str, dict[str, float]] = {}
+  for key, value in results.items():
+    model, _, metric = key.partition("/")
+    if metric.count("/") == 1 and is_headline(metric):
+      rows.setdefault(model, {})[metric] = value
+  for model, metrics in rows.items():
+    tested = {k: v for k, v in metrics.items() if k.startswith("test/")}
+    rows[model] = tested or metrics
+  width = max([len("model"), *map(len, rows)])
+  columns, line = [], width
+  for column in sorted({metric for metrics in rows.values() for metric in metrics},
+                       key=lambda m: (HEADLINE_METRICS.index(m.split("/")[1]), m)):
+    line += 1 + max(len(column), 6)
+    if line > max_width:
+      break
+    columns.append(column)
+  lines = [" ".join([f"{'model':<{width}}", *(f"{column:>{max(len(column), 6)}}" for column in columns)])]
+  for model, metrics in sorted(rows.items()):
+    cells = [f"{metrics[c]:.4f}" if c in metrics else "-" for c in columns]
+    lines.append(" ".join([f"{model:<{width}}", *(f"{cell:>{max(len(c), 6)}}" for cell, c in zip(cells, columns))]))
+  return "\n".join(lines)
+
+
+def check_same_encoder(parent: protocol.Model, config: ml_collections.ConfigDict) -> None:
+  """Refuses a run whose `model_init` parent has another encoder architecture: its arrays can have the same shapes
+  (heads split one width differently) and still make another model. A `ConfigError` names the keys."""
+  theirs, ours = (pretrained.encoder_architecture(c.model) for c in (parent.config, config))
+  differing = sorted(key for key in theirs.keys() | ours.keys() if theirs.get(key) != ours.get(key))
+  if differing:
+    raise config_schema.ConfigError(
+        f"config.model_init = {config.model_init!r}: its encoder is not this run's; they differ in "
+        f"{', '.join(f'model.{key} (there {theirs.get(key)!r}, here {ours.get(key)!r})' for key in differing)}. "
+        "Start from a run of the same architecture, or set the same model keys.")
+
+
 def _duration(seconds: float) -> str:
   seconds = int(round(seconds))
   return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
@@ -138,7 +190,7 @@ class Trainer:
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str | epath.PathLike):
     self.config = config
-    self.workdir = checkpoints.as_path(workdir)
+    self.workdir = outputs.as_path(workdir)
     self.mesh = parallel.create_mesh(config.mesh)
     objective_class = objectives.get_objective(config.objective)
     config_schema.check_config(config, self.mesh, objective_class.rows_per_example, objective_class.config_rules())
@@ -219,8 +271,8 @@ class Trainer:
     metrics = self.evaluate(self.objective.model(state.params), specs)
     flat = {k: v for m in metrics.values() for k, v in m.items()}
     writer.write_scalars(step, flat)
-    # The console gets the headline numbers (`<split>/<metric>`); TensorBoard gets all.
-    headline = {k: v for k, v in flat.items() if k.count("/") == 1 and "num_" not in k}
+    # The console gets the headline numbers; TensorBoard gets all.
+    headline = {k: v for k, v in flat.items() if is_headline(k)}
     logging.info("%s step %d: %s", self.config.name, step, ", ".join(f"{k}={v:.4g}" for k, v in sorted(headline.items())))
     if best is not None and best.metric in flat:
       best.offer(step, state.params, flat)
@@ -270,6 +322,7 @@ class Trainer:
       last_metrics = self._evaluate_periodic(start, state, owed, writer, best, log)
     logging.info("%s: training from step %d to %d on mesh %s.", config.name, start, num_steps, dict(self.mesh.shape))
     timer = (time.time(), start)
+    console_line = 0.0  # When the console last got a step's line: the first logged step always does.
     with _termination_notice() as terminated:
       for step in range(start + 1, num_steps + 1):
         batch = parallel.global_batch(next(batches), self.mesh, self.objective.shared_batch_keys)
@@ -291,9 +344,11 @@ class Trainer:
             metrics["steps_per_sec"] = (step - timer[1]) / max(seconds, 1e-9)
             timer = (time.time(), step)
             writer.write_scalars(step, metrics)
-            eta = (num_steps - step) / metrics["steps_per_sec"]
-            logging.info("%s step %d/%d: loss %.4f, %.2f steps/s, ETA %s", config.name, step, num_steps,
-                         float(metrics["loss"]), metrics["steps_per_sec"], _duration(eta))
+            if step == num_steps or time.time() - console_line >= _CONSOLE_SECONDS:  # TensorBoard gets every one.
+              console_line = time.time()
+              eta = (num_steps - step) / metrics["steps_per_sec"]
+              logging.info("%s step %d/%d: loss %.4f, %.2f steps/s, ETA %s", config.name, step, num_steps,
+                           float(metrics["loss"]), metrics["steps_per_sec"], _duration(eta))
         checkpointer.save(step, state, batches, force=step == num_steps or stopping)
         if stopping:
           checkpointer.wait_until_finished()
@@ -332,7 +387,7 @@ class Trainer:
     record = self.objective.inference_record()
     path = self.workdir / checkpoints.MODEL_FILE
     if jax.process_index() == 0 and not path.exists():
-      checkpoints.write_atomically(path, json.dumps(record))
+      outputs.write_atomically(path, json.dumps(record))
 
   def restore_params(self, force: bool = False) -> tuple[Any, int | None]:
     """The params the run reported: the best checkpoint's where the config selects one, else the last step's.
@@ -376,10 +431,7 @@ class Trainer:
     writer.write_scalars(self.config.train.num_steps,
                          {f"final/{k}": v for m in metrics.values() for k, v in m.items()})
     writer.flush()
-    results = {f"{spec.report_as}/{key}": value for spec in self.evals for key, value in metrics[spec.name].items()}
-    headline = {k: v for k, v in results.items() if k.count("/") == 2 and "num_" not in k}
-    logging.info("%s final: %s", self.config.name, ", ".join(f"{k}={v:.4g}" for k, v in sorted(headline.items())))
-    return results
+    return {f"{spec.report_as}/{key}": value for spec in self.evals for key, value in metrics[spec.name].items()}
 
 
 # Config blocks that a baseline or a fine-tuning stage gives whole: which evaluations and stages it has.
@@ -420,7 +472,7 @@ def model_configs(config: ml_collections.ConfigDict) -> list[ml_collections.Conf
       runs.append(run)
   num_seeds = config.get("num_seeds", 1)
   if num_seeds < 1:
-    raise ValueError(f"config.num_seeds = {num_seeds}: a config runs with at least one seed.")
+    raise config_schema.ConfigError(f"config.num_seeds = {num_seeds}: a config runs with at least one seed.")
   return runs + [run for offset in range(1, num_seeds) for run in _seed_runs(runs, offset)]
 
 
@@ -453,20 +505,20 @@ def selected_runs(runs: list[ml_collections.ConfigDict], names: Sequence[str]) -
   base_name = lambda run: _SEED_SUFFIX.sub("", run.name)
   unknown = sorted(set(names) - {base_name(run) for run in runs})
   if unknown:
-    raise ValueError(f"--runs {', '.join(unknown)}: not a run of this config; its runs: "
+    raise config_schema.ConfigError(f"--runs {', '.join(unknown)}: not a run of this config; its runs: "
                      f"{', '.join(dict.fromkeys(base_name(run) for run in runs))}.")
   kept = [run for run in runs if base_name(run) in names]
   all_names, kept_names = {run.name for run in runs}, {run.name for run in kept}
   for run in kept:
     if run.get("model_init") in all_names and run.model_init not in kept_names:
-      raise ValueError(f"--runs: {run.name} starts from {run.model_init}, which is left out; add "
+      raise config_schema.ConfigError(f"--runs: {run.name} starts from {run.model_init}, which is left out; add "
                        f"{_SEED_SUFFIX.sub('', run.model_init)}.")
   return kept
 
 
 def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, train: bool, force: bool = False,
          take_over_other_hosts: bool = False, runs: Sequence[str] = ()) -> dict[str, float]:
-  workdir = checkpoints.as_path(workdir)
+  workdir = outputs.as_path(workdir)
   runs = selected_runs(model_configs(config), runs)
   transfer = not train and config.get("model_init") and config.model_init not in {run.name for run in runs}
   if transfer:
@@ -476,8 +528,9 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
     try:
       config_schema.check_config(run_config, parallel.create_mesh(run_config.mesh),
                                  objective_class.rows_per_example, objective_class.config_rules())
-    except ValueError as error:
-      raise ValueError(f"{error}" if run_config is runs[0] else f"run {run_config.name}: {error}") from None
+    except config_schema.ConfigError as error:
+      raise config_schema.ConfigError(
+          f"{error}" if run_config is runs[0] else f"run {run_config.name}: {error}") from None
   results, reported = {}, {}
   read_results(workdir)  # A damaged results.json stops the run now, not after training.
   for index, run_config in enumerate(runs):
@@ -487,6 +540,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
       parent = (_model_init(run_config.model_init, workdir, reported, trainer.mesh) if run_config.get("model_init")
                 else None)
       if parent is not None and not transfer:
+        check_same_encoder(parent, run_config)
         trainer.objective.start_from(parent)
     except objectives.base.SkipRun as reason:
       logging.warning("%s: skipped: %s", run_config.name, reason)
@@ -511,6 +565,8 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
   if summary:
     results.update(summary)
     write_results(workdir, results)
+  if jax.process_index() == 0 and results:
+    print(results_table(results), flush=True)
   return results
 
 
@@ -519,7 +575,7 @@ def _transfer_config(config: ml_collections.ConfigDict) -> ml_collections.Config
   of the same objective (else its main model), without baselines and stages, named after the trained run,
   `<its workdir>.<its model>` (e.g. default.blp_transe). Its evaluators, baseline ones left out, score the loaded
   model."""
-  parent_dir = checkpoints.as_path(config.model_init)
+  parent_dir = outputs.as_path(config.model_init)
   objective = checkpoints.recorded_config(parent_dir).objective
   runs = model_configs(config)
   same_objective = [run for run in runs if run.objective == objective]
@@ -544,7 +600,7 @@ def _model_init(model_init: str, workdir: epath.Path, reported: dict[str, protoc
   data."""
   if model_init in reported:
     return reported[model_init]
-  parent_dir = checkpoints.as_path(model_init)
+  parent_dir = outputs.as_path(model_init)
   if (parent_dir / checkpoints.MODEL_FILE).exists():
     return inference_model.load(parent_dir, mesh)
   parent = Trainer(checkpoints.recorded_config(parent_dir), parent_dir)
@@ -573,8 +629,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, f
 
 def read_results(workdir: str | epath.PathLike) -> dict[str, float]:
   """The workdir's results.json ({} if there is none); a damaged one is an error naming it."""
-  path = checkpoints.as_path(workdir) / RESULTS_FILE
-  return checkpoints.read_json(path) if path.exists() else {}
+  return outputs.read_results(outputs.as_path(workdir) / RESULTS_FILE)
 
 
 def write_results(workdir: str | epath.PathLike, results: dict[str, float]) -> None:
@@ -582,13 +637,11 @@ def write_results(workdir: str | epath.PathLike, results: dict[str, float]) -> N
   configs wrote there."""
   if jax.process_index() != 0:
     return
-  path = checkpoints.as_path(workdir) / RESULTS_FILE
-  path.parent.mkdir(parents=True, exist_ok=True)
+  path = outputs.as_path(workdir) / RESULTS_FILE
   models = {key.split("/")[0] for key in results}
   # A model evaluated anew drops the mark of an earlier forced evaluation.
-  kept = {key: value for key, value in read_results(workdir).items()
-          if key not in results and not (key.endswith(f"/{FORCED_KEY}") and key.split("/")[0] in models)}
+  kept = outputs.merge_results(path, results, replaces=lambda key: key.endswith(f"/{FORCED_KEY}")
+                               and key.split("/")[0] in models)
   if kept:
     logging.info("%s keeps %d earlier results that this run has not rewritten.", path, len(kept))
-  checkpoints.write_atomically(path, json.dumps({**kept, **results}, indent=2, sort_keys=True) + "\n")
   logging.info("Wrote %s (%d results).", path, len(results))

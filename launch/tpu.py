@@ -263,7 +263,8 @@ def start_run(args: argparse.Namespace, shell: Shell, resume_preempted: bool = F
   shell.run(["gcloud", "storage", "cp", str(local_bundle.relative_to(REPO_ROOT)), bundle_uri])
   shell.run(ssh(args, "all", worker_command(bundle_uri, run_name, args.config, args.workdir, args.overrides,
                                             resume_preempted)))
-  note(f"follow it: launch/tpu.py logs --name {args.name} --zone {args.zone} --run-name {run_name}")
+  note("follow it: " + shlex.join(["launch/tpu.py", "logs", "--name", args.name, "--zone", args.zone, "--run-name",
+                                    run_name]))
 
 
 def check_tpu_options(args: argparse.Namespace) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from docent_jax import train
 from docent_jax.inference import link_prediction
+from docent_jax.inference import protocol
 import kg_fixtures
 import tiny_training
 
@@ -91,7 +92,9 @@ def test_predict_answers_json_lines_in_order_and_names_a_malformed_line(trained_
   assert run.returncode == 0, run.stderr[-3000:]
   answers = [json.loads(line) for line in run.stdout.splitlines()]
   assert [(a["text"], a.get("id")) for a in answers] == [("entity number five", None), ("entity number six", 7)]
-  assert all(len(a["results"]) == 2 and set(a["results"][0]) == {"id", "score"} for a in answers)
+  texts = dict(zip(*(json.loads((run_dir / "model.json").read_text())[key] for key in ("entity_ids", "entity_texts"))))
+  assert all(len(a["results"]) == 2 and set(a["results"][0]) == {"id", "text", "score"} for a in answers)
+  assert all(result["text"] == texts[result["id"]] for a in answers for result in a["results"])
   search = subprocess.run([sys.executable, "-m", "docent_jax.predict", f"--run={run_dir}", "--task=search"],
                           input='{"query": "entity number five"}\n{"query": 5}\n', cwd=REPO_ROOT,
                           env=tiny_training.subprocess_env(1), capture_output=True, text=True)
@@ -115,3 +118,115 @@ def test_an_evaluation_round_encodes_each_entity_set_once(tmp_path, monkeypatch)
   assert encoded == [entities]
   trainer.evaluate(trainer.objective.model(params), trainer.evals)  # Another round, other params: encoded anew.
   assert encoded == [entities, entities]
+
+
+def _predict(run_dir, *flags: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-m", "docent_jax.predict", f"--run={run_dir}", *flags], input=stdin,
+                        cwd=REPO_ROOT, env=tiny_training.subprocess_env(1), capture_output=True, text=True)
+
+
+def _error_lines(run: subprocess.CompletedProcess) -> list[str]:
+  """What a command said to its user on stderr: every line but INFO logs and progress bars."""
+  return [line for line in run.stderr.splitlines() if line.strip() and not line.startswith("I")
+          and "encoding" not in line and "line/s" not in line]
+
+
+def test_predict_checks_everything_cheap_before_loading_and_never_touches_its_output(trained_run, tmp_path):
+  run_dir, _ = trained_run
+  relation = json.loads((run_dir / "model.json").read_text())["relation_ids"][0]
+  earlier = tmp_path / "answers.jsonl"
+  earlier.write_text('{"earlier": "answers"}\n')
+  bad = tmp_path / "bad.jsonl"
+  bad.write_text(json.dumps({"query": "a thing"}) + "\n" + "{not json\n")
+  cases = {  # flags -> (exit code, the one line it says)
+      (f"--input={bad}", f"--output={earlier}", "--task=search"): (1, f"{bad}:2: not JSON"),
+      (f"--input={earlier}", f"--output={earlier}", "--task=search"): (2, "is the --input file"),
+      (f"--input={bad}", "--output=/proc/x", "--task=search"): (1, "--output=/proc/x: cannot write in /proc"),
+      (f"--input={bad}", f"--output={earlier}", "--task=search", "--k=0"): (2, "--k=0: must be at least 1"),
+      (f"--output={earlier}", "--task=match"): (2, "--task=match: "),
+  }
+  for flags, (code, message) in cases.items():
+    run = _predict(run_dir, *flags, stdin="")
+    assert run.returncode == code, (flags, run.stderr[-2000:])
+    assert len(_error_lines(run)) == 1 and message in _error_lines(run)[0], (flags, run.stderr[-2000:])
+    assert "Loaded" not in run.stderr and "Restored" not in run.stderr  # Refused before the model loads.
+  link = tmp_path / "link.jsonl"
+  link.write_text("".join(json.dumps({"text": "a thing", "relation": r}) + "\n" for r in (relation, "no_such")))
+  run = _predict(run_dir, f"--input={link}", f"--output={earlier}", "--task=link")
+  assert run.returncode == 1 and f"{link}:2: " in _error_lines(run)[0] and "'no_such'" in _error_lines(run)[0]
+  assert "Loaded" not in run.stderr
+  assert earlier.read_text() == '{"earlier": "answers"}\n'
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["answers.jsonl", "bad.jsonl", "link.jsonl"]
+
+
+def test_predict_on_a_full_disk_leaves_the_earlier_answers_whole(trained_run, tmp_path):
+  run_dir, _ = trained_run
+  requests = tmp_path / "queries.jsonl"
+  requests.write_text("".join(json.dumps({"query": f"entity number {i}"}) + "\n" for i in range(40)))
+  earlier = tmp_path / "answers.jsonl"
+  earlier.write_text('{"earlier": "answers"}\n')
+  preamble = ("import resource, runpy, signal, sys\n"
+              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # A failed write, not a killed process.
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+              "sys.argv = sys.argv[1:]\n"
+              "runpy.run_module('docent_jax.predict', run_name='__main__')\n")
+  run = subprocess.run([sys.executable, "-c", preamble, "predict", f"--run={run_dir}", "--task=search",
+                        f"--input={requests}", f"--output={earlier}"], cwd=REPO_ROOT,
+                       env=tiny_training.subprocess_env(1), capture_output=True, text=True)
+  assert run.returncode == 1, run.stderr[-3000:]
+  errors = [line for line in run.stderr.splitlines() if line.startswith("E")]
+  assert len(errors) == 1 and f"{earlier}: not written (File too large)" in errors[0], run.stderr[-3000:]
+  assert earlier.read_text() == '{"earlier": "answers"}\n'
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["answers.jsonl", "queries.jsonl"]
+
+
+def test_the_second_predict_reads_the_entity_vectors_the_first_kept(trained_run, tmp_path):
+  run_dir = pathlib.Path(shutil.copytree(trained_run[0], tmp_path / "run"))
+  (run_dir / protocol.ENTITY_VECTORS_FILE).unlink(missing_ok=True)  # Kept there by the tests before.
+  query = json.dumps({"query": "un café près de la rivière"}, ensure_ascii=False) + "\n"
+  first = _predict(run_dir, "--task=search", "--k=3", stdin=query)
+  assert first.returncode == 0, first.stderr[-3000:]
+  assert "Encoding the 48 entities" in first.stderr and "encoding 48 texts" in first.stderr  # Its progress bar.
+  assert "café près" in first.stdout  # UTF-8, not escaped.
+  assert not [line for line in first.stderr.splitlines() if "orbax" in line.lower()]  # Orbax's log is quiet.
+  second = _predict(run_dir, "--task=search", "--k=3", stdin=query)
+  assert "Read the 48 entity vectors of step" in second.stderr and "Encoding the" not in second.stderr
+  assert second.stdout == first.stdout
+
+
+def test_a_damaged_checkpoint_is_one_line_naming_it(trained_run, tmp_path):
+  run_dir = pathlib.Path(shutil.copytree(trained_run[0], tmp_path / "run"))
+  (best,) = [p for p in (run_dir / "best").iterdir() if p.name.isdigit()]
+  for path in (best / "params").rglob("*"):
+    if path.is_file() and path.stat().st_size > 1000:  # Array data, cut short as by an interrupted copy.
+      path.write_bytes(path.read_bytes()[:100])
+  run = _predict(run_dir, "--task=search", stdin=json.dumps({"query": "a thing"}) + "\n")
+  assert run.returncode == 1
+  assert len(_error_lines(run)) == 1, run.stderr[-3000:]
+  assert f"{best / 'params'} cannot be read (" in _error_lines(run)[0]
+  assert len(run.stderr.splitlines()) < 10
+
+
+def test_the_model_api_takes_one_text_as_one_query_and_empty_in_gives_empty_out(trained_run):
+  import docent_jax  # pylint: disable=g-import-not-at-top
+  model = docent_jax.load(trained_run[0])
+  relation = model.relation_ids[0]
+  assert model.search("entity number five", k=3) == model.search(["entity number five"], k=3)[0]
+  assert len(model.search("entity number five", k=3)) == 3  # Not one ranking per character.
+  np.testing.assert_allclose(model.encode("entity number five"), model.encode(["entity number five"])[0], atol=1e-6)
+  assert model.encode([]).shape == (0, model.encode("x").shape[0])
+  assert model.search([]) == [] and model.predict([], []) == []
+  assert model.predict("entity number five", relation, k=2) == model.predict(["entity number five"], [relation], 2)[0]
+
+
+def test_an_unfinished_run_loads_with_one_warning_naming_its_step(trained_run, tmp_path, caplog):
+  import docent_jax  # pylint: disable=g-import-not-at-top
+  run_dir = pathlib.Path(shutil.copytree(trained_run[0], tmp_path / "run"))
+  shutil.rmtree(run_dir / "checkpoints" / "4")  # As if stopped after step 2.
+  shutil.rmtree(run_dir / "best")
+  with caplog.at_level("INFO"):
+    model = docent_jax.load(run_dir)
+  assert model.step == 2
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+  assert len(warnings) == 1 and "is an unfinished run: step 2 of 4" in warnings[0]
+  assert any("(blp, step 2 of 4)" in r.getMessage() for r in caplog.records)

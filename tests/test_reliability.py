@@ -13,6 +13,7 @@ import pytest
 
 from configs import common
 from docent_jax import checkpoints
+from docent_jax import outputs
 from docent_jax import parallel
 from docent_jax import train
 import kg_fixtures
@@ -129,7 +130,7 @@ def test_a_damaged_results_file_is_named_and_never_overwritten(kg_dir, tfds_dir,
   workdir = tmp_path / "run"
   workdir.mkdir()
   (workdir / "results.json").write_text('{"blp_transe/test/mrr": 0.16')  # Cut short.
-  with pytest.raises(checkpoints.DamagedFileError, match=r"results.json is damaged"):
+  with pytest.raises(outputs.DamagedFileError, match=r"results.json is damaged"):
     train.train_and_evaluate(_config(kg_dir, tfds_dir), workdir)
   assert (workdir / "results.json").read_text() == '{"blp_transe/test/mrr": 0.16'
   assert not (workdir / "blp_transe").exists()  # Refused before anything was trained.

@@ -168,12 +168,12 @@ def test_loaded_runs_score_pairs_as_their_evaluation_did_and_predict_matches(sup
   lines = io.StringIO("".join(json.dumps(r) + "\n" for r in requests))
   output = io.StringIO()
   model = docent_jax.load(workdir / "cross_encoder")
-  assert predict.predict(model, "match", lines, output) == 3
+  assert predict.predict(model, "match", predict.read_requests(lines, "match", "<test>"), output) == 3
   answers = [json.loads(line) for line in output.getvalue().splitlines()]
   np.testing.assert_allclose([a["probability"] for a in answers],
                              model.match([r["left"] for r in requests], [r["right"] for r in requests]), rtol=1e-6)
   with pytest.raises(ValueError, match="--task=link needs a LinkPredictionModel"):
-    predict.predict(model, "link", io.StringIO(""), io.StringIO())
+    predict.predict(model, "link", [], io.StringIO())
   # A trained classifier evaluated on a config's pairs (here its own) by that config's cross-encoder evaluators.
   transfer = config.copy_and_resolve_references()
   transfer.model_init = str(workdir / "cross_encoder")

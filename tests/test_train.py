@@ -322,10 +322,9 @@ def _signalling_main(at_batch: int, signal_number: int) -> str:
           f"    os.kill(os.getpid(), {int(signal_number)})\n"
           "  return original(*args)\n"
           "parallel.global_batch = global_batch\n"
-          "from absl import app\n"
           "from docent_jax import main\n"
           "sys.argv = sys.argv[1:]\n"
-          "app.run(main.main, flags_parser=main.parse_flags)\n")
+          "main.run()\n")
 
 
 @pytest.fixture(scope="module")

@@ -165,7 +165,8 @@ def test_faq_fine_tuning_reports_every_model_and_the_lexical_baselines(faq_confi
       {key.removeprefix("faq_retrieved/"): value for key, value in results.items()
        if key.startswith("faq_retrieved/test/")}, abs=1e-6)
   output = io.StringIO()
-  predict.predict(model, "faq", io.StringIO(json.dumps({"query": faq.queries["test"][0]}) + "\n"), output, k=2)
+  lines = io.StringIO(json.dumps({"query": faq.queries["test"][0]}) + "\n")
+  predict.predict(model, "faq", predict.read_requests(lines, "faq", "<test>"), output, k=2)
   answer = json.loads(output.getvalue())["results"]
   assert [item["answer"] for item in answer] == [faq.answers[int(item["id"])] for item in answer]
   assert answer[0]["score"] >= answer[1]["score"]

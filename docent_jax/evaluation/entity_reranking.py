@@ -33,6 +33,7 @@ from etils import epath
 import numpy as np
 import pytrec_eval
 
+from docent_jax import outputs
 from docent_jax.data import io
 from docent_jax.evaluation import bm25
 
@@ -128,7 +129,7 @@ def read_texts(path: epath.PathLike) -> dict[str, str]:
 
 def read_folds(path: epath.PathLike) -> dict[str, Fold]:
   """The folds file; invalid JSON is an error naming `<file>:<line>`, and so is (naming the file and fold) a fold
-  without lists of query ids, a query both trained and tested in one fold, or one tested in two folds."""
+  without lists of query ids (or with an empty one), a query both trained and tested in one fold, or one tested in two folds."""
   text = "\n".join(io.read_lines(path))
   try:
     raw = json.loads(text)
@@ -143,6 +144,8 @@ def read_folds(path: epath.PathLike) -> dict[str, Fold]:
     for key, queries in lists.items():
       if not isinstance(queries, list) or not all(isinstance(query, str) and query for query in queries):
         raise io.DataFormatError(f"{path}: fold {name!r} needs a list of query ids under {key!r}.")
+      if not queries:  # A fold's alpha is chosen on its training queries and scored on its testing ones.
+        raise io.DataFormatError(f"{path}: fold {name!r} has no query ids under {key!r}.")
     both = sorted(set(lists["training"]) & set(lists["testing"]))
     if both:
       raise io.DataFormatError(f"{path}: fold {name!r} both trains and tests on {both[:3]} ({len(both)} queries).")
@@ -156,10 +159,9 @@ def read_folds(path: epath.PathLike) -> dict[str, Fold]:
 
 def write_run(run: Run, path: epath.PathLike, tag: str) -> None:
   """Writes `run` as a TREC run file, each query's entities ranked as trec_eval ranks them; scores are written
-  in full precision, so that the file evaluates to the numbers computed from `run`."""
-  path = epath.Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  with path.open("w") as file:
+  in full precision, so that the file evaluates to the numbers computed from `run`. The file is written whole or
+not at all."""
+  with outputs.atomic_writer(path) as file:
     for query in sorted(run):
       for rank, (entity, score) in enumerate(ranked(run[query]), 1):
         file.write(f"{query} Q0 {entity} {rank} {score!r} {tag}\n")

@@ -68,11 +68,11 @@ class EvalSpec:
     return self.every_steps > 0 and (step % self.every_steps == 0 or step == last_step)
 
   def run(self, model: Any, data: Any) -> dict[str, float]:
-    # Which evaluator runs and for how long, so that a long evaluation round is never silent.
-    logging.info("Evaluator %s (%s) of %s...", self.name, self.type, model.name)
+    # Which evaluator ran and for how long; a long one logs its own progress (`parallel.Progress`) meanwhile.
+    logging.vlog(1, "Evaluator %s (%s) of %s...", self.name, self.type, model.name)
     started = time.time()
     metrics = _REGISTRY[self.type](model, data, **self.options)
-    logging.info("Evaluator %s: %.1f s.", self.name, time.time() - started)
+    logging.info("Evaluator %s (%s) of %s: %.1f s.", self.name, self.type, model.name, time.time() - started)
     return {key: float(value) for key, value in metrics.items()}
 
 

@@ -53,13 +53,23 @@ class LinkPredictionModel(protocol.Model):
     return np.asarray(self.scoring.score(jnp.asarray(self.encode(heads)), jnp.asarray(self.relation_vectors(relations)),
                                          jnp.asarray(self.encode(tails))))
 
-  def predict(self, texts: Sequence[str], relations: Sequence[str], k: int = 10,
+  def predict(self, texts: str | Sequence[str], relations: str | Sequence[str], k: int = 10,
               tails: bool = True) -> protocol.Ranking:
     """For each (entity description, relation name), the `k` entities of the model's set that best complete the
-    triple: its tails (`tails`), else its heads."""
+    triple: its tails (`tails`), else its heads. One description and relation (`str`s) give their one ranking;
+    none, no rankings."""
+    if isinstance(texts, str) and isinstance(relations, str):
+      return self.predict([texts], [relations], k, tails)[0]
+    texts, relations = list(texts), list(relations)
+    if len(texts) != len(relations):
+      raise ValueError(f"predict: {len(texts)} texts but {len(relations)} relations.")
+    if k < 1:
+      raise ValueError(f"k must be at least 1; got {k}.")
+    relation = jnp.asarray(self.relation_vectors(relations))  # An unknown name fails before any encoding.
+    if not texts:
+      return []
     ids, vectors = self.entities()
-    queries, relation = jnp.asarray(self.encode(texts)), jnp.asarray(self.relation_vectors(relations))
-    candidates = jnp.asarray(vectors)
+    queries, candidates = jnp.asarray(self.encode(texts)), jnp.asarray(vectors)
     scores = (self.scoring.score_tails(queries, relation, candidates) if tails else
               self.scoring.score_heads(relation, queries, candidates))
     top_scores, top_rows = jax.lax.top_k(scores, min(k, len(ids)))

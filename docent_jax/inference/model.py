@@ -7,11 +7,16 @@ entity set lists and searches it; task heads are the method's (BLP: link predict
 probabilities; FAQ retrieval: answers; universal representations: pair-task labels).
 """
 
+from typing import Any
+
 from absl import logging
 from etils import epath
 from jax.sharding import Mesh
+import ml_collections
 
 from docent_jax import checkpoints
+from docent_jax import outputs
+from docent_jax import outputs
 from docent_jax.inference import link_prediction
 from docent_jax.inference import movies
 from docent_jax.inference import pair_matching
@@ -33,10 +38,13 @@ MODELS: dict[str, type[protocol.Model]] = {
 }
 
 
-def load(path: str | epath.PathLike, mesh: Mesh | None = None) -> protocol.Model:
-  """The model of a trained run directory (`WORKDIR/<model>`, local or gs://) with the params it reported; it
-  computes on `mesh` (default: every device of this machine on the data axis)."""
-  run_dir = checkpoints.as_path(path)
+def read_run(path: str | epath.PathLike) -> tuple[ml_collections.ConfigDict, dict[str, Any]]:
+  """(config, record) of a trained run directory, read without its params: what is cheap to check (the objective,
+  relation names, entity count) before the checkpoint is restored. A directory that is no loadable run is an
+  error naming it."""
+  run_dir = outputs.as_path(path)
+  if not run_dir.is_dir():
+    raise FileNotFoundError(f"{run_dir}: no such run directory.")
   config = checkpoints.recorded_config(run_dir)
   if config.objective not in MODELS:
     raise ValueError(f"{run_dir}: runs of objective {config.objective!r} are not loadable; loadable: "
@@ -45,7 +53,20 @@ def load(path: str | epath.PathLike, mesh: Mesh | None = None) -> protocol.Model
   if not record_path.exists():
     raise FileNotFoundError(f"{record_path} does not exist: the run was trained before runs recorded what loading "
                             "needs; run it once more with --mode=evaluate to record it.")
+  return config, outputs.read_json(record_path)
+
+
+def load(path: str | epath.PathLike, mesh: Mesh | None = None) -> protocol.Model:
+  """The model of a trained run directory (`WORKDIR/<model>`, local or gs://) with the params it reported; it
+  computes on `mesh` (default: every device of this machine on the data axis). An unfinished run loads with a
+  warning naming its step."""
+  run_dir = outputs.as_path(path)
+  config, record = read_run(run_dir)
   params, step = checkpoints.restore_reported_params(run_dir)
-  logging.info("Loaded %s (%s, step %d).", run_dir, config.objective, step)
-  return MODELS[config.objective](config, checkpoints.read_json(record_path), params, mesh=mesh, run_dir=run_dir,
-                                  step=step)
+  num_steps = config.train.num_steps
+  latest = checkpoints.latest_saved_step(run_dir)
+  if latest is not None and latest < num_steps:
+    logging.warning("%s is an unfinished run: step %d of %d. Its model is not the one its config trains.", run_dir,
+                    latest, num_steps)
+  logging.info("Loaded %s (%s, step %d of %d).", run_dir, config.objective, step, num_steps)
+  return MODELS[config.objective](config, record, params, mesh=mesh, run_dir=run_dir, step=step)

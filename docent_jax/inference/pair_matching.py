@@ -35,10 +35,18 @@ class PairMatchingModel(text_encoder.TextEncoderModel):
                       "one offer (use match).")
     return super()._encode(texts)
 
-  def match_logits(self, left: Sequence[str], right: Sequence[str]) -> np.ndarray:
-    """[n] logits that left[i] and right[i] are offers of one product (a match when > 0)."""
+  def match_logits(self, left: str | Sequence[str], right: str | Sequence[str]) -> np.ndarray:
+    """[n] logits that left[i] and right[i] are offers of one product (a match when > 0); one pair of offers
+    (two `str`s) gives its one logit."""
+    if isinstance(left, str) and isinstance(right, str):
+      return self.match_logits([left], [right])[0]
+    if isinstance(left, str) or isinstance(right, str):
+      raise TypeError("match: left and right are both one offer (str) or both lists of offers.")
+    left, right = list(left), list(right)
     if len(left) != len(right):
       raise ValueError(f"match: {len(left)} left offers but {len(right)} right ones.")
+    if not left:
+      return np.zeros((0,), np.float32)
     if not self.cross_encoder:
       vectors = np.stack([self.encode(left), self.encode(right)], axis=1)
       return np.asarray(self.module.apply({"params": self.params}, jnp.asarray(vectors),
@@ -47,8 +55,8 @@ class PairMatchingModel(text_encoder.TextEncoderModel):
     return parallel.map_batches(self._pair_logits_fn, self.params, inputs, batch_size=self.config.eval.batch_size,
                                 mesh=self.mesh, what="pairs")
 
-  def match(self, left: Sequence[str], right: Sequence[str]) -> np.ndarray:
-    """[n] probabilities that left[i] and right[i] are offers of one product."""
+  def match(self, left: str | Sequence[str], right: str | Sequence[str]) -> np.ndarray:
+    """[n] probabilities that left[i] and right[i] are offers of one product (one pair of `str`s: its one)."""
     return np.asarray(jax.nn.sigmoid(self.match_logits(left, right)))
 
   def _pair_logits(self, params: Any, inputs: jax.Array) -> jax.Array:

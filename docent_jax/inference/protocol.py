@@ -14,17 +14,24 @@ import abc
 from collections.abc import Callable, Hashable, Sequence
 import copy
 import hashlib
+import io
+import json
 from typing import Any
+import zipfile
 
 from absl import logging
 from etils import epath
+import jax
 from jax.sharding import Mesh
 import ml_collections
 import numpy as np
 
+from docent_jax import outputs
 from docent_jax import parallel
 from docent_jax.inference import search as vector_search
 
+# In a loaded run's directory: its entity vectors with what they were computed from (`Model.source`).
+ENTITY_VECTORS_FILE = "entity_vectors.npz"
 Ranking = list[list[tuple[str, float]]]  # Per query, the (id, score) of its top k, best first.
 
 
@@ -47,6 +54,8 @@ class Model(abc.ABC):
   encoder_path: tuple[str, ...] = ("bert",)
   # How `search` scores an entity for a query: cosine similarity, else the inner product (the method's logit).
   cosine_search: bool = True
+  # Whether `encode` (and so `entities` and `search`) draws a progress bar on stderr by default.
+  show_progress_bar: bool = False
 
   def __init__(self, config: ml_collections.ConfigDict, record: dict[str, Any], params: Any = None, *,
                mesh: Mesh | None = None, run_dir: epath.Path | None = None, step: int | None = None):
@@ -55,11 +64,12 @@ class Model(abc.ABC):
     self.run_dir, self.step = run_dir, step
     self._kept: dict[Hashable, Any] = {}
     self._index: vector_search.AnnIndex | None = None
+    self._source: dict[str, Any] | None = None
 
   def with_params(self, params: Any, step: int | None = None) -> "Model":
     """This model over `params` (sharing its modules and compilations), with nothing encoded yet."""
     model = copy.copy(self)
-    model.params, model.step, model._kept, model._index = params, step, {}, None
+    model.params, model.step, model._kept, model._index, model._source = params, step, {}, None, None
     return model
 
   @property
@@ -67,15 +77,24 @@ class Model(abc.ABC):
     """How results and logs name this model: its run directory, else its config's name."""
     return str(self.run_dir) if self.run_dir is not None else self.config.get("name", type(self).__name__)
 
-  def encode(self, texts: Sequence[str]) -> np.ndarray:
-    """[n, d] vectors of `texts` (entity descriptions, offers or sentences: the method's encoder)."""
-    return self._encode(list(texts))
+  def encode(self, texts: str | Sequence[str], show_progress_bar: bool | None = None) -> np.ndarray:
+    """[n, d] vectors of `texts` (entity descriptions, offers or sentences: the method's encoder); one text (a
+    `str`) gives its [d] vector, no texts a [0, d] array. `show_progress_bar` (default: the model's
+    `show_progress_bar`) draws a bar on stderr while texts are encoded."""
+    single = isinstance(texts, str)
+    texts = [texts] if single else list(texts)
+    if not texts:  # The width is the model's own: one empty text is encoded to find it.
+      return self._encode([""])[:0]
+    show = self.show_progress_bar if show_progress_bar is None else show_progress_bar
+    with parallel.progress_bars(show):
+      vectors = self._encode(texts)
+    return vectors[0] if single else vectors
 
   def encode_set(self, texts: Sequence[str]) -> np.ndarray:
     """`encode` of a text set that several evaluators read (an entity set, a corpus's queries), computed once per
     params and kept while this model lives."""
     texts = list(texts)
-    return self.computed(("encode", _fingerprint(texts)), lambda: self._encode(texts))
+    return self.computed(("encode", _fingerprint(texts)), lambda: self.encode(texts))
 
   def computed(self, key: Hashable, compute: Callable[[], Any]) -> Any:
     """`compute()`, once per params and `key`: what several evaluators of one round need (vectors, a probe)."""
@@ -88,15 +107,63 @@ class Model(abc.ABC):
     """[n, d] vectors of `texts`, computed."""
 
   def entities(self) -> tuple[list[str], np.ndarray]:
-    """The model's entity ids and their [N, d] vectors (computed once per params)."""
+    """The model's entity ids and their [N, d] vectors (computed once per params; a loaded run keeps them next to
+    itself, `ENTITY_VECTORS_FILE`, for the next process that loads it)."""
     if "entity_ids" not in self.record:
       raise TypeError(f"{self.name}: a {self.config.objective} model has no entity set.")
-    return list(self.record["entity_ids"]), self.encode_set(self.record["entity_texts"])
+    texts = self.record["entity_texts"]
+    return list(self.record["entity_ids"]), self.computed(("encode", _fingerprint(texts)),
+                                                          lambda: self._saved_entity_vectors(texts))
 
-  def search(self, queries: Sequence[str], k: int = 10, approximate: bool = False) -> Ranking:
+  def entity_texts(self) -> list[str] | None:
+    """Each entity's text or name, in the order of `entities()`, where the run recorded them; else None."""
+    return self.record.get("entity_texts") or self.record.get("titles")
+
+  def source(self) -> dict[str, Any]:
+    """What this model's derived files (cached vectors, a search index) are computed from: the run's step and a
+    fingerprint of its params. A file whose record differs is stale and computed anew."""
+    if self._source is None:
+      self._source = {"step": self.step, "params": params_fingerprint(self.params)}
+    return self._source
+
+  def _saved_entity_vectors(self, texts: Sequence[str]) -> np.ndarray:
+    """The entity vectors saved next to the run when they are of these params and texts, else encoded (with a
+    progress bar where the model shows them) and saved there."""
+    if self.run_dir is None:
+      return self.encode(texts)
+    path = self.run_dir / ENTITY_VECTORS_FILE
+    source = {**self.source(), "texts": _fingerprint(texts)}
+    if path.exists():
+      try:
+        with np.load(io.BytesIO(path.read_bytes())) as saved:
+          if json.loads(str(saved["source"])) == source and saved["vectors"].shape[0] == len(texts):
+            logging.info("Read the %d entity vectors of step %s from %s.", len(texts), self.step, path)
+            return saved["vectors"]
+        logging.info("%s is of other params or texts than step %s's; encoding the entities anew.", path, self.step)
+      except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
+        logging.warning("%s is damaged (%s); encoding the entities anew.", path, outputs.cause(error))
+    logging.info("Encoding the %d entities of %s (once: the vectors are kept in %s).", len(texts), self.name, path)
+    vectors = self.encode(texts)
+    buffer = io.BytesIO()
+    np.savez(buffer, vectors=vectors, source=json.dumps(source, sort_keys=True))
+    try:
+      outputs.write_atomically(path, buffer.getvalue())
+    except OSError as error:  # A read-only run directory still answers; the vectors are encoded next time.
+      logging.warning("The entity vectors were not kept (%s).", error)
+    return vectors
+
+  def search(self, queries: str | Sequence[str], k: int = 10, approximate: bool = False) -> Ranking:
     """The `k` entities nearest to each query text (by cosine similarity, or the inner product where that is the
     method's score: `cosine_search`): exactly over the devices, or (`approximate`) by the CPU index saved next to
-    the run (built on first use)."""
+    the run (built on first use, and again when the run's params change). One query (a `str`) gives its one
+    ranking; no queries, no rankings."""
+    if isinstance(queries, str):
+      return self.search([queries], k, approximate)[0]
+    queries = list(queries)
+    if k < 1:
+      raise ValueError(f"k must be at least 1; got {k}.")
+    if not queries:
+      return []
     ids, vectors = self.entities()
     index = self._approximate_index() if approximate else vector_search.ExactSearch(
         vectors, self.mesh, normalize=self.cosine_search)
@@ -104,17 +171,33 @@ class Model(abc.ABC):
     return [[(ids[j], float(s)) for j, s in zip(row, score) if j >= 0] for row, score in zip(rows, scores)]
 
   def _approximate_index(self) -> vector_search.AnnIndex:
-    """The run's saved index (`INDEX_DIRNAME`), else one built from the entity vectors (and saved with the run)."""
+    """The run's saved index (`INDEX_DIRNAME`) when it was built from these params, else one built from the entity
+    vectors (and saved with the run)."""
     if self._index is not None:
       return self._index
     path = None if self.run_dir is None else self.run_dir / vector_search.INDEX_DIRNAME
-    if path is not None and (path / "index.json").exists():
-      self._index = vector_search.AnnIndex.load(path)
-      return self._index
+    if path is not None:
+      saved = vector_search.AnnIndex.saved_source(path)
+      if saved == self.source():
+        self._index = vector_search.AnnIndex.load(path)
+        return self._index
+      if saved is not None:
+        logging.info("The search index in %s was built from step %s's params; building it for step %s's.", path,
+                     saved.get("step"), self.step)
     self._index = vector_search.AnnIndex.build(self.entities()[1], normalize=self.cosine_search)
     if path is not None:
       try:
-        self._index.save(path)
+        self._index.save(path, source=self.source())
       except OSError as error:  # A read-only run directory still answers; the index is rebuilt next time.
         logging.warning("The search index was not saved in %s (%s).", path, error)
     return self._index
+
+
+def params_fingerprint(params: Any) -> str:
+  """A digest of every leaf of `params` (its path, dtype, shape and bytes): equal exactly when the params are."""
+  digest = hashlib.blake2b(digest_size=16)
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    leaf = np.ascontiguousarray(parallel.fetch(leaf))
+    digest.update(f"{jax.tree_util.keystr(path)}:{leaf.dtype}:{leaf.shape}".encode())
+    digest.update(leaf.tobytes())
+  return digest.hexdigest()

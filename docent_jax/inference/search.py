@@ -19,6 +19,7 @@
 """
 import dataclasses
 import functools
+import hashlib
 import json
 import math
 from typing import Any
@@ -30,6 +31,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import numpy as np
 
+from docent_jax import outputs
 from docent_jax import parallel
 from docent_jax.models import entity_table
 
@@ -264,13 +266,29 @@ class AnnIndex:
     scores, indices = self.index.search(self._rows(queries, self.normalize), k)
     return np.where(indices < 0, -np.inf, scores).astype(np.float32), indices.astype(np.int64)
 
-  def save(self, path: epath.PathLike) -> None:
-    """Writes the directory `path` (local or gs://): the faiss index and the settings that go with it."""
+  def save(self, path: epath.PathLike, source: dict[str, Any] | None = None) -> None:
+    """Writes the directory `path` (local or gs://): the faiss index, then the settings that go with it, with
+    `source` (what the vectors came from, see `saved_source`) and the index's digest, each file whole."""
     path = epath.Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    (path / _INDEX_FILE).write_bytes(_faiss().serialize_index(self.index).tobytes())
-    (path / _META_FILE).write_text(json.dumps({"library": "faiss", "normalize": self.normalize, "nprobe": self.nprobe,
-                                               "num_vectors": self.num_vectors, "dim": self.dim}, indent=1))
+    data = _faiss().serialize_index(self.index).tobytes()
+    outputs.write_atomically(path / _INDEX_FILE, data)
+    outputs.write_atomically(path / _META_FILE, json.dumps(
+        {"library": "faiss", "normalize": self.normalize, "nprobe": self.nprobe, "num_vectors": self.num_vectors,
+         "dim": self.dim, "blake2b": hashlib.blake2b(data).hexdigest(), "source": source}, indent=1))
+
+  @staticmethod
+  def saved_source(path: epath.PathLike) -> dict[str, Any] | None:
+    """The `source` recorded with the index saved in `path`; None when there is no whole index there (none saved,
+    a damaged settings file, or an index file that is not the one the settings were written with)."""
+    path = epath.Path(path)
+    try:
+      meta = json.loads((path / _META_FILE).read_text())
+      data = (path / _INDEX_FILE).read_bytes()
+    except (OSError, ValueError):
+      return None
+    if not isinstance(meta, dict) or meta.get("blake2b") != hashlib.blake2b(data).hexdigest():
+      return None
+    return meta.get("source") or None
 
   @classmethod
   def load(cls, path: epath.PathLike) -> "AnnIndex":

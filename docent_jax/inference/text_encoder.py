@@ -67,8 +67,11 @@ class FaqModel(TextEncoderModel):
   """A FAQ retrieval encoder and its FAQ: the entities are the FAQ's questions (record: `entity_ids`,
   `entity_texts`, `answers`)."""
 
-  def answer(self, queries: Sequence[str], k: int = 1) -> list[list[dict[str, Any]]]:
-    """Per query, the `k` FAQ items whose questions are nearest (cosine): id, question, answer and score."""
+  def answer(self, queries: str | Sequence[str], k: int = 1) -> list[list[dict[str, Any]]]:
+    """Per query, the `k` FAQ items whose questions are nearest (cosine): id, question, answer and score. One
+    query (a `str`) gives its one list."""
+    if isinstance(queries, str):
+      return self.answer([queries], k)[0]
     items = {entity: row for row, entity in enumerate(self.record["entity_ids"])}
     return [[{"id": entity, "question": self.record["entity_texts"][items[entity]],
               "answer": self.record["answers"][items[entity]], "score": score} for entity, score in ranking]

@@ -286,6 +286,22 @@ def model_bert_config(model_config: ml_collections.ConfigDict, vocab_size: int) 
   return dataclasses.replace(config, remat=model_config.get("remat", False))
 
 
+# What the encoder computes beyond its params' shapes: two encoders that differ here give other vectors from the same
+# arrays (the vocabulary's size and remat change neither).
+ARCHITECTURE_FIELDS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                       "hidden_act", "max_position_embeddings", "type_vocab_size", "layer_norm_eps")
+
+
+def encoder_architecture(model_config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The architecture of a run's text encoder (`model.encoder`, and BERT's `ARCHITECTURE_FIELDS` where it has
+  one), without reading weights: what a run that starts from another's params must share with it."""
+  architecture = {"encoder": model_config.get("encoder", "bert")}
+  if "pretrained" in model_config:
+    bert_config = model_bert_config(model_config, 0)
+    architecture.update({f"bert.{field}": getattr(bert_config, field) for field in ARCHITECTURE_FIELDS})
+  return architecture
+
+
 def load_or_create_bert(name_or_path: str, fresh_config: dict[str, Any],
                         vocab_size: int) -> tuple[bert.BertConfig, dict[str, Any] | None]:
   """The pretrained BERT `name_or_path` with its params or, when it is '', a fresh config and no params.
