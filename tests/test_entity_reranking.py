@@ -172,8 +172,10 @@ def test_a_malformed_line_is_an_error_naming_file_and_line(tmp_path, reader, tex
     ({"0": {"training": ["q1"]}}, "needs a list of query ids under 'testing'"),
     ({"0": {"training": ["q1"], "testing": [3]}}, "needs a list of query ids under 'testing'"),
     ({"0": {"training": ["q1", "q2"], "testing": ["q2"]}}, "both trains and tests on \\['q2'\\]"),
-    ({"0": {"training": [], "testing": ["q1"]}, "1": {"training": [], "testing": ["q1"]}},
+    ({"0": {"training": ["q2"], "testing": ["q1"]}, "1": {"training": ["q3"], "testing": ["q1"]}},
      "'q1' is tested in folds '0' and '1'"),
+    ({"0": {"training": ["q1"], "testing": []}}, "fold '0' has no query ids under 'testing'"),
+    ({"0": {"training": [], "testing": ["q1"]}}, "fold '0' has no query ids under 'training'"),
     ([], "expected a JSON object of folds"),
 ])
 def test_malformed_folds_are_errors_naming_the_file(tmp_path, folds, message):
@@ -301,3 +303,62 @@ def test_a_given_first_stage_and_entity_texts_score_entities_without_text_zero(b
   cosine = vectors[0] @ vectors[1] / np.linalg.norm(vectors[0]) / np.linalg.norm(vectors[1])
   assert reranked[query][ENTITIES[7]] == pytest.approx(alpha * cosine + (1 - alpha) * given[query][ENTITIES[7]],
                                                        abs=1e-5)
+
+
+def _rerank_command(blp_run, files, tmp_path, *extra) -> list[str]:
+  return [sys.executable, "-m", "docent_jax.rerank", f"--run_dir={blp_run}", f"--queries={files['queries']}",
+          f"--qrels={files['qrels']}", f"--folds={files['folds']}", f"--descriptions={files['descriptions']}",
+          f"--output={tmp_path / 'reranked.run'}", "--name=tiny", "--depth=5", *extra]
+
+
+def test_the_command_checks_every_file_before_loading_and_names_the_one_at_fault(blp_run, tmp_path):
+  files = _collection(tmp_path)
+  damaged = _write(tmp_path / "results.json", '{"other/dbpedia_entity/ndcg@10": 0.5')
+  empty_folds = _write(tmp_path / "empty_folds.json", json.dumps({"0": {"training": ["Q-1"], "testing": []}}))
+  cases = {  # extra flags -> (exit code, what the one line says)
+      (f"--results={damaged}",): (1, f"{damaged} is damaged"),
+      (f"--folds={empty_folds}",): (1, f"{empty_folds}: fold '0' has no query ids under 'testing'"),
+      ("--output=/proc/x",): (1, "--output=/proc/x: cannot write in /proc"),
+      (f"--output={files['queries']}",): (2, "is the --queries file"),
+      ("--depth=0",): (2, "--depth=0: must be at least 1"),
+  }
+  for extra, (code, message) in cases.items():
+    command = _rerank_command(blp_run, files, tmp_path, *extra)
+    run = subprocess.run(command, cwd=REPO_ROOT, env=tiny_training.subprocess_env(1), capture_output=True, text=True)
+    said = [line for line in run.stderr.splitlines() if line.strip() and not line.startswith("I")]
+    assert run.returncode == code and len(said) == 1 and message in said[0], (extra, run.stderr[-3000:])
+    assert "Loaded" not in run.stderr  # Refused before the model loads.
+  assert damaged.read_text() == '{"other/dbpedia_entity/ndcg@10": 0.5'
+  assert not (tmp_path / "reranked.run").exists()
+
+
+def test_results_on_a_full_disk_keep_every_earlier_key(blp_run, tmp_path):
+  files = _collection(tmp_path)
+  results = tmp_path / "results.json"
+  earlier = {f"model_{i}/dbpedia_entity/ndcg@10": i / 1000 for i in range(400)}  # ~20 KB: more than may be written.
+  results.write_text(json.dumps(earlier))
+  preamble = ("import resource, runpy, signal, sys\n"
+              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))\n"
+              "sys.argv = sys.argv[1:]\n"
+              "runpy.run_module('docent_jax.rerank', run_name='__main__')\n")
+  command = _rerank_command(blp_run, files, tmp_path, f"--results={results}")
+  run = subprocess.run([sys.executable, "-c", preamble, *command[2:]], cwd=REPO_ROOT,
+                       env=tiny_training.subprocess_env(1), capture_output=True, text=True)
+  assert run.returncode == 1, run.stderr[-3000:]
+  errors = [line for line in run.stderr.splitlines() if line.startswith("E")]
+  assert len(errors) == 1 and f"{results}: not written (File too large)" in errors[0], run.stderr[-3000:]
+  assert json.loads(results.read_text()) == earlier
+  assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # No partial file left behind.
+
+
+def test_queries_the_first_stage_left_empty_are_counted_and_logged(blp_run, tmp_path, caplog):
+  files = _collection(tmp_path)
+  model = docent_jax.load(blp_run)
+  queries, qrels, folds = (reranking.read_texts(files["queries"]), reranking.read_qrels(files["qrels"]),
+                           reranking.read_folds(files["folds"]))
+  given = {query: {entity: 1.0} for query, entity in zip(queries, ENTITIES) if query != "Q-3"}
+  with caplog.at_level("WARNING"):
+    _, reranked, results = rerank.rerank(model, queries, qrels, folds, first_stage=given)
+  assert results["queries_without_candidates"] == 1 and reranked["Q-3"] == {}
+  assert "1 of 8 queries have no candidates in the first stage (e.g. Q-3); they score 0." in caplog.text

@@ -350,3 +350,10 @@ echo "$JAX_LOCAL_DEVICE_IDS" > {tmp_path / "device_ids"}
 def test_sbatch_rejects_bad_arguments(argv, message):
   result = subprocess.run(["bash", str(SBATCH), *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
   assert result.returncode == 2 and message in result.stderr
+
+
+def test_the_hint_to_follow_a_run_is_a_command_a_shell_reads_as_given(capsys):
+  tpu.main(["--dry-run", "run", "--name", "my tpu (v4)", "--zone", "us-central2-b", *JOB, "--run-name", "wn18rr"])
+  (hint,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("# follow it: ")]
+  assert shlex.split(hint.removeprefix("# follow it: ")) == [
+      "launch/tpu.py", "logs", "--name", "my tpu (v4)", "--zone", "us-central2-b", "--run-name", "wn18rr"]

@@ -13,9 +13,12 @@ import pytest
 
 from configs import common
 from docent_jax import checkpoints
+from docent_jax import config_schema
 from docent_jax import outputs
 from docent_jax import parallel
 from docent_jax import train
+from docent_jax.inference import protocol
+from docent_jax.inference import search
 import kg_fixtures
 import tiny_training
 
@@ -258,3 +261,58 @@ def test_evaluating_a_run_on_a_graph_with_a_relation_it_lacks_names_the_relation
   config.model_init = str(parent_dir / "blp_transe")
   with pytest.raises(KeyError, match="blp_transe has no relation 'never_trained'"):
     train.evaluate(config, tmp_path / "transfer")
+
+
+def test_model_init_from_a_parent_of_another_architecture_is_refused_naming_the_keys(kg_dir, tfds_dir, parent,
+                                                                                    tmp_path):
+  parent_dir, _ = parent
+  child = _config(kg_dir, tfds_dir)
+  child.model_init = str(parent_dir / "blp_transe")
+  child.model.bert.num_attention_heads = 2  # The parent's 4 heads split the same [32, 3, 32] kernel otherwise.
+  with pytest.raises(config_schema.ConfigError, match=r"its encoder is not this run's; they differ in "
+                     r"model.bert.num_attention_heads \(there 4, here 2\)"):
+    train.train_and_evaluate(child, tmp_path / "child")
+  assert not (tmp_path / "child" / "blp_transe" / "checkpoints").exists()
+
+
+def test_search_after_a_run_resumes_answers_from_the_new_steps_vectors(kg_dir, tfds_dir, parent, tmp_path):
+  import docent_jax  # pylint: disable=g-import-not-at-top
+  parent_dir, _ = parent
+  workdir = _copy(parent_dir, tmp_path)
+  run_dir = workdir / "blp_transe"
+  shutil.rmtree(run_dir / "checkpoints" / "6")  # As if stopped after step 4's checkpoint.
+  shutil.rmtree(run_dir / "best")
+  queries = ["entity number five", "a thing related to twelve"]
+  stopped = docent_jax.load(run_dir)
+  assert stopped.step == 4
+  before = stopped.search(queries, k=5, approximate=True)  # Builds and saves the index, keeps the entity vectors.
+  index_record = run_dir / "search_index" / "index.json"
+  assert json.loads(index_record.read_text())["source"]["step"] == 4
+  train.train_and_evaluate(_config(kg_dir, tfds_dir), workdir)  # Resumes: steps 5 and 6.
+  resumed = docent_jax.load(run_dir)
+  assert resumed.step == 6
+  approximate = resumed.search(queries, k=5, approximate=True)
+  assert json.loads(index_record.read_text())["source"]["step"] == 6
+  exact = resumed.search(queries, k=5)
+  for found, want in zip(approximate, exact):
+    np.testing.assert_allclose([s for _, s in found], [s for _, s in want], atol=1e-5)
+  # The tiny model's vectors nearly coincide (cosines above 0.99999), so scores barely tell the steps apart: the
+  # vectors the saved index holds are the new step's, not the stopped one's.
+  index = search.AnnIndex.load(run_dir / search.INDEX_DIRNAME).index
+  index.make_direct_map()
+  held = index.reconstruct_n(0, index.ntotal)
+  unit = lambda vectors: vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+  np.testing.assert_allclose(held, unit(resumed.entities()[1]), atol=1e-6)
+  assert np.abs(held - unit(stopped.entities()[1])).max() > 1e-4
+  assert len(before) == len(approximate)
+  with np.load(run_dir / protocol.ENTITY_VECTORS_FILE) as kept:
+    assert json.loads(str(kept["source"]))["step"] == 6
+    np.testing.assert_array_equal(kept["vectors"], resumed.entities()[1])
+
+
+def test_a_config_value_out_of_range_is_one_line_naming_its_key(kg_dir, tfds_dir, tmp_path):
+  command = _main_command(kg_dir, tfds_dir, tmp_path / "run") + ["--config.optim.learning_rate=-1"]
+  run = subprocess.run(command, cwd=REPO_ROOT, env=tiny_training.subprocess_env(1), capture_output=True, text=True)
+  assert run.returncode == 2
+  assert [line for line in run.stderr.splitlines() if line.strip() and not line.startswith("I")] == [
+      "docent_jax.main: config.optim.learning_rate = -1.0: must be greater than 0. (--help lists the flags)"]

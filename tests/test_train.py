@@ -390,6 +390,31 @@ def test_sigterm_saves_the_current_step_and_the_launchers_resume_finishes_the_ru
       json.loads((uninterrupted / "results.json").read_text()), abs=1e-6)
 
 
+def test_sigterm_during_the_final_evaluation_ends_with_one_line_and_keeps_every_file(kg_dir, tfds_dir,
+                                                                                     uninterrupted, tmp_path):
+  workdir = pathlib.Path(shutil.copytree(uninterrupted, tmp_path / "run"))
+  results = (workdir / "results.json").read_text()
+  script = ("import os, signal, sys\n"
+            "from docent_jax import main, train\n"
+            "report = train.Trainer.report\n"
+            "def stopped(*args):\n"
+            "  os.kill(os.getpid(), signal.SIGTERM)\n"
+            "  return report(*args)\n"
+            "train.Trainer.report = stopped\n"
+            "sys.argv = sys.argv[1:]\n"
+            "main.run()\n")
+  command = _main_command(kg_dir, tfds_dir, workdir, "--mode=evaluate")
+  run = subprocess.run([sys.executable, "-c", script, *command[2:]], cwd=REPO_ROOT,
+                       env=tiny_training.subprocess_env(2), capture_output=True, text=True)
+  assert run.returncode == 143, run.stderr[-3000:]
+  errors = [line for line in run.stderr.splitlines() if line.startswith("E")]
+  assert len(errors) == 1 and "docent_jax.main stopped by SIGTERM." in errors[0], run.stderr[-3000:]
+  assert "Traceback" not in run.stderr
+  assert (workdir / "results.json").read_text() == results
+  assert sorted(p.name for p in (workdir / "blp_transe" / "checkpoints").iterdir()) == sorted(
+      p.name for p in (uninterrupted / "blp_transe" / "checkpoints").iterdir())
+
+
 def test_two_processes_match_one_process(kg_dir, tfds_dir, uninterrupted, tmp_path):
   multi = tmp_path / "multi"
   address = f"127.0.0.1:{tiny_training.free_port()}"
