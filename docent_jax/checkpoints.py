@@ -14,7 +14,6 @@ from typing import Any
 
 from absl import logging
 from etils import epath
-import grain
 import jax
 import ml_collections
 import orbax.checkpoint as ocp
@@ -230,6 +229,12 @@ def _cause(error: BaseException) -> str:
   return f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
 
 
+def _grain() -> Any:
+  # Imported on first use: training needs it, loading a run for inference does not (a third of its start-up).
+  import grain  # pylint: disable=g-import-not-at-top
+  return grain
+
+
 class StateCheckpoints:
   """The train state's Orbax checkpoints (with the input pipeline's state) in `workdir/checkpoints`.
 
@@ -259,7 +264,7 @@ class StateCheckpoints:
   def save(self, step: int, state: Any, data_iterator: Any, *, force: bool = False) -> None:
     try:
       saved = self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                              data=grain.checkpoint.CheckpointSave(data_iterator)),
+                                                              data=_grain().checkpoint.CheckpointSave(data_iterator)),
                                 force=force)
     except Exception as error:  # Orbax raises the previous save's failure here, or this one's.
       raise self._write_error(step, error) from error
@@ -282,7 +287,7 @@ class StateCheckpoints:
     """Restores the state onto the shardings of `abstract_state` (any mesh) and, if given, the iterator."""
     args = {"state": ocp.args.StandardRestore(abstract_state)}
     if data_iterator is not None:
-      args["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
+      args["data"] = _grain().checkpoint.CheckpointRestore(data_iterator)
     try:
       restored = self.manager.restore(step, args=ocp.args.Composite(**args))
     except Exception as error:  # Orbax, TensorStore and grain each raise their own types for a damaged step.

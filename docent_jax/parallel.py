@@ -270,6 +270,8 @@ def map_token_batches(fn: Callable[[Any, jax.Array], Any], params: Any, tokens: 
   """
   tokens = np.asarray(tokens)
   groups = length_buckets(tokens, pad_id, buckets)
+  if len(groups) > 1 and len(tokens) <= batch_size:  # One batch either way: one call (and compilation), not one each.
+    groups = [(groups[-1][0], np.arange(len(tokens)))]
   if not groups:  # No rows: the output's shape comes from the full width.
     return map_batches(fn, params, tokens, batch_size=batch_size, mesh=mesh, what=what)
   # One count over every bucket; the ETA by tokens, as the buckets run shortest first.

@@ -145,7 +145,6 @@ def main(argv: list[str]) -> None:
   check_task(FLAGS.task, config, record, requests, source, FLAGS.run)
   logging.info("%d requests in %s; loading %s.", len(requests), source, FLAGS.run)
   model = inference_model.load(FLAGS.run)
-  model.show_progress_bar = True
   if FLAGS.output == "-":
     count = predict(model, FLAGS.task, requests, sys.stdout, k=FLAGS.k, progress=sys.stderr.isatty())
   else:

@@ -272,7 +272,7 @@ class Trainer:
     flat = {k: v for m in metrics.values() for k, v in m.items()}
     writer.write_scalars(step, flat)
     # The console gets the headline numbers; TensorBoard gets all.
-    headline = {k: v for k, v in flat.items() if is_headline(k)}
+    headline = {k: v for k, v in flat.items() if k.count("/") == 1 and is_headline(k)}
     logging.info("%s step %d: %s", self.config.name, step, ", ".join(f"{k}={v:.4g}" for k, v in sorted(headline.items())))
     if best is not None and best.metric in flat:
       best.offer(step, state.params, flat)

@@ -35,6 +35,7 @@ from configs import default  # pylint: disable=g-import-not-at-top
 from configs import docent  # pylint: disable=g-import-not-at-top
 from configs import supcon  # pylint: disable=g-import-not-at-top
 from configs import universal  # pylint: disable=g-import-not-at-top
+from docent_jax import outputs  # pylint: disable=g-import-not-at-top
 from docent_jax import parallel  # pylint: disable=g-import-not-at-top
 from docent_jax import train  # pylint: disable=g-import-not-at-top
 from docent_jax.data import pipeline  # pylint: disable=g-import-not-at-top
@@ -162,8 +163,7 @@ def main() -> None:
       "wall_seconds": round(time.perf_counter() - start, 1)}, indent=2)
   print(report)
   if args.output:
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(report + "\n")
+    outputs.write_atomically(args.output, report + "\n")
 
 
 if __name__ == "__main__":

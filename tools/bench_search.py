@@ -35,6 +35,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 
 # Runnable from a checkout without installing the package.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from docent_jax import outputs  # pylint: disable=g-import-not-at-top
 from docent_jax.inference import search  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
@@ -292,10 +293,9 @@ def main(argv: list[str]) -> None:
       "data": {name: DATA_NOTES[name] for name in FLAGS.data}, "k": K, "nprobe": nprobes, "machine": machine(),
       "complete": False, "results": []}
   output = pathlib.Path(FLAGS.output)
-  output.parent.mkdir(parents=True, exist_ok=True)
 
   def write() -> None:  # After every row, so that an interrupted run keeps what it measured.
-    output.write_text(json.dumps(document, indent=1) + "\n")
+    outputs.write_atomically(output, json.dumps(document, indent=1) + "\n")
 
   if FLAGS.compare_libraries:
     document["library_comparison"] = [r for data in FLAGS.compare_data for dim in dims
@@ -312,7 +312,7 @@ def main(argv: list[str]) -> None:
   document["complete"] = True
   write()
   table = markdown(document)
-  output.with_suffix(".md").write_text(table + "\n")
+  outputs.write_atomically(output.with_suffix(".md"), table + "\n")
   print(table)
   print(f"\nWrote {output} and {output.with_suffix('.md')}.")
 

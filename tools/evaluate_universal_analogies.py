@@ -25,6 +25,7 @@ import ml_collections
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import docent_jax  # pylint: disable=g-import-not-at-top
 from configs import universal  # pylint: disable=g-import-not-at-top
+from docent_jax import outputs  # pylint: disable=g-import-not-at-top
 from docent_jax.data import tfds_loading  # pylint: disable=g-import-not-at-top
 from docent_jax.data.universal import corpus as universal_corpus  # pylint: disable=g-import-not-at-top
 from docent_jax.evaluation import registry  # pylint: disable=g-import-not-at-top
@@ -79,8 +80,7 @@ def main(argv: list[str]) -> None:
                  results[f"{name}/analogy_sentence/accuracy"], results[f"{name}/analogy_phrase_set/accuracy"],
                  time.time() - started)
   output = epath.Path(FLAGS.output)
-  output.parent.mkdir(parents=True, exist_ok=True)
-  output.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+  outputs.write_atomically(output, json.dumps(results, indent=2, sort_keys=True) + "\n")
   logging.info("Wrote %d results to %s.", len(results), output)
 
 

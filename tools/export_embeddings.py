@@ -18,6 +18,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import docent_jax  # pylint: disable=g-import-not-at-top
 from docent_jax import checkpoints  # pylint: disable=g-import-not-at-top
+from docent_jax import outputs  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
 
@@ -39,9 +40,9 @@ def main(argv: list[str]) -> None:
     except (TypeError, ValueError) as error:
       logging.info("Skipping %s: %s", directory.name, error)
       continue
-    with (directory / "embeddings.npy").open("wb") as file:
+    with outputs.atomic_writer(directory / "embeddings.npy", "wb") as file:
       np.save(file, embeddings)
-    (directory / "entity_ids.txt").write_text("\n".join(entity_ids) + "\n")
+    outputs.write_atomically(directory / "entity_ids.txt", "\n".join(entity_ids) + "\n")
     logging.info("Wrote %s embeddings of shape %s to %s.", directory.name, embeddings.shape, directory)
 
 

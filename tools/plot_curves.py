@@ -23,6 +23,8 @@ matplotlib.use("Agg")  # Files only: no display on a training host.
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+from docent_jax import outputs  # pylint: disable=g-import-not-at-top
+
 # --x choice -> (its label, its value of a point).
 X_AXES = {
     "step": ("training steps", lambda point: point.step),
@@ -164,8 +166,7 @@ def plot(curves: dict[str, dict[str, list[Point]]], metrics: list[str], referenc
   figure.legend(handles, labels, loc="outside lower center", fontsize=8)
   if title:
     figure.suptitle(title)
-  output.parent.mkdir(parents=True, exist_ok=True)
-  with output.open("wb") as file:
+  with outputs.atomic_writer(output, "wb") as file:
     figure.savefig(file, format="png", dpi=110)
   plt.close(figure)
 

@@ -10,6 +10,7 @@ import requests
 import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
+from docent_jax import outputs
 from docent_jax.data import tfds_builder
 
 # Beside a dataset built from a manual directory: that directory's `tfds_builder.tree_fingerprint`.
@@ -55,7 +56,7 @@ def prepare(builder: tfds.core.DatasetBuilder, manual_dir: epath.PathLike | None
           f"{builder.name}: downloading its source files failed ({type(error).__name__}). Offline, set "
           "config.data.manual_dir to a directory that holds them (the builder says which files).") from error
     if source:
-      record.write_text(source)
+      outputs.write_atomically(record, source)
   return builder.as_data_source()
 
 

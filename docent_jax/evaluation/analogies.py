@@ -46,6 +46,7 @@ from etils import epath
 import numpy as np
 
 from docent_jax.data import fingerprint
+from docent_jax import outputs
 from docent_jax.data import io
 from docent_jax.data import tokenization
 from docent_jax.data.universal import analogies as analogy_sets
@@ -195,12 +196,10 @@ def write_candidates(path: epath.PathLike, questions: Sequence[analogy_sets.Anal
   that made them (`candidate_protocol_digest`), for `read_candidates` to check."""
   if len(candidates) != len(questions):
     raise ValueError(f"Got {len(candidates)} candidate lists for {len(questions)} questions.")
-  path = epath.Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
   record = {"questions_digest": _questions_digest(questions), "protocol_digest": protocol_digest,
             "num_questions": len(questions),
             "candidates": [list(question_candidates) for question_candidates in candidates]}
-  path.write_text(json.dumps(record) + "\n")
+  outputs.write_atomically(path, json.dumps(record) + "\n")
 
 
 def read_candidates(path: epath.PathLike, questions: Sequence[analogy_sets.AnalogyQuestion],

@@ -16,7 +16,6 @@ import ml_collections
 
 from docent_jax import checkpoints
 from docent_jax import outputs
-from docent_jax import outputs
 from docent_jax.inference import link_prediction
 from docent_jax.inference import movies
 from docent_jax.inference import pair_matching

@@ -54,8 +54,9 @@ class Model(abc.ABC):
   encoder_path: tuple[str, ...] = ("bert",)
   # How `search` scores an entity for a query: cosine similarity, else the inner product (the method's logit).
   cosine_search: bool = True
-  # Whether `encode` (and so `entities` and `search`) draws a progress bar on stderr by default.
-  show_progress_bar: bool = False
+  # Whether `encode` (and so `search`) draws a progress bar on stderr by default; None: only while a loaded run
+  # encodes its entity set (seconds to minutes, once).
+  show_progress_bar: bool | None = None
 
   def __init__(self, config: ml_collections.ConfigDict, record: dict[str, Any], params: Any = None, *,
                mesh: Mesh | None = None, run_dir: epath.Path | None = None, step: int | None = None):
@@ -85,7 +86,7 @@ class Model(abc.ABC):
     texts = [texts] if single else list(texts)
     if not texts:  # The width is the model's own: one empty text is encoded to find it.
       return self._encode([""])[:0]
-    show = self.show_progress_bar if show_progress_bar is None else show_progress_bar
+    show = bool(self.show_progress_bar) if show_progress_bar is None else show_progress_bar
     with parallel.progress_bars(show):
       vectors = self._encode(texts)
     return vectors[0] if single else vectors
@@ -143,7 +144,7 @@ class Model(abc.ABC):
       except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
         logging.warning("%s is damaged (%s); encoding the entities anew.", path, outputs.cause(error))
     logging.info("Encoding the %d entities of %s (once: the vectors are kept in %s).", len(texts), self.name, path)
-    vectors = self.encode(texts)
+    vectors = self.encode(texts, show_progress_bar=self.show_progress_bar is not False)
     buffer = io.BytesIO()
     np.savez(buffer, vectors=vectors, source=json.dumps(source, sort_keys=True))
     try:
