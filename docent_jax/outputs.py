@@ -55,6 +55,7 @@ def atomic_writer(path: str | epath.PathLike, mode: str = "w") -> Iterator[IO[An
     buffer = io.StringIO() if mode == "w" else io.BytesIO()
     yield buffer
     try:
+      path.parent.mkdir(parents=True, exist_ok=True)
       (path.write_text if mode == "w" else path.write_bytes)(buffer.getvalue())
     except OSError as error:
       raise OutputError(f"{path}: not written ({cause(error)}).") from error

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from configs import common
-from docent_jax import checkpoints
 from docent_jax import config_schema
 from docent_jax import outputs
 from docent_jax import parallel

@@ -597,3 +597,17 @@ def test_a_damaged_evaluation_log_names_its_file_and_line(tmp_path):
   log.write_text('{"step": 1, "evaluator": "validation", "metrics": {}}\n{"step": 2, "evalua')
   with pytest.raises(ValueError, match=rf"{checkpoints.EVALUATIONS_FILE}:2: not an evaluation record"):
     checkpoints.EvaluationLog(tmp_path)
+
+
+def test_the_final_table_shows_headline_test_metrics_within_100_columns():
+  results = {f"model_{i}/{split}/{metric}": 0.5 for i in range(3) for split in ("validation", "test")
+             for metric in ("mrr", "hits@1", "hits@10", "num_queries", "classification_accuracy",
+                            "transfer_mrr")}
+  results.update({"model_0/test/head/mrr": 0.25, "model_0/analogy_word/accuracy": 0.75})
+  results.update({f"universal/analogy_{kind}/accuracy": 0.6 for kind in ("word", "phrase", "phrase_set",
+                                                                          "sentence", "extra")})
+  lines = train.results_table(results).splitlines()
+  assert all(len(line) <= 100 for line in lines)  # Columns that would not fit are left to results.json.
+  assert lines[0].split()[:4] == ["model", "test/mrr", "test/hits@10", "test/classification_accuracy"]
+  assert [line.split()[0] for line in lines[1:]] == ["model_0", "model_1", "model_2", "universal"]
+  assert lines[1].split()[1:4] == ["0.5000", "0.5000", "0.5000"]
