@@ -40,5 +40,8 @@ setuptools.setup(
     extras_require={"test": ["pytest==9.2.0", "pytest-xdist==3.8.0", "gcp-storage-emulator==2026.7.19",
                              "gcsfs==2026.10.1", "hypothesis==6.170.17"],
                     # The other nearest-neighbour libraries that tools/bench_search.py --compare_libraries measures.
-                    "bench": ["usearch==2.26.6", "scann==1.4.2"]},
+                    "bench": ["usearch==2.26.6", "scann==1.4.2"],
+                    # libtpu, the one jax 0.10.2 pairs with: runs on a TPU VM, and compiles for any Cloud TPU
+                    # topology on any machine (`python -m docent_jax.compile_for_tpu`; the tests do).
+                    "tpu": ["jax[tpu]==0.10.2", "libtpu==0.0.42.1"]},
 )

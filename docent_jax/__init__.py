@@ -15,6 +15,7 @@ from docent_jax import host_memory  # pylint: disable=g-import-not-at-top
 
 # Before JAX's CPU backend exists, which reads XLA_FLAGS once and starts the threads that allocate: every entry
 # point (main, the tests, the tools, a notebook) imports this package first.
+cpu_flags.only_cpu()
 cpu_flags.apply()
 host_memory.reuse_freed_memory()
 

@@ -7,7 +7,7 @@ which reads XLA_FLAGS once per process. The choice per family comes from `tools/
 A user overrides the choice with DOCENT_JAX_CPU_FLAGS (a flag list, or "none"), and any flag already in
 XLA_FLAGS wins over the chosen value of the same flag.
 """
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 import dataclasses
 import os
 import pathlib
@@ -84,3 +84,18 @@ def apply(cpu: Cpu | None = None, environ: MutableMapping[str, str] | None = Non
   if added:
     environ["XLA_FLAGS"] = " ".join([environ.get("XLA_FLAGS", ""), *added]).strip()
   return added
+
+
+# Device files of the accelerators JAX computes on: TPU VMs (/dev/accel* on v4 and v5p, /dev/vfio on v5e and
+# v6e) and NVIDIA GPUs.
+_ACCELERATOR_DEVICES = ("/dev/accel0", "/dev/vfio", "/dev/nvidia0", "/proc/driver/nvidia")
+
+
+def only_cpu(machine: MutableMapping[str, str] | None = None,
+             exists: Callable[[str], bool] = os.path.exists) -> None:
+  """On a machine without accelerators, sets JAX_PLATFORMS=cpu (unless set): libtpu, installed to compile for TPU
+  topologies (`compile_for_tpu`), would otherwise look for a TPU at JAX's start and log errors when it finds
+  none."""
+  machine = os.environ if machine is None else machine
+  if "JAX_PLATFORMS" not in machine and not any(exists(path) for path in _ACCELERATOR_DEVICES):
+    machine["JAX_PLATFORMS"] = "cpu"

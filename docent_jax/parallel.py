@@ -97,10 +97,12 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
 )
 
 
-def create_mesh(config: ml_collections.ConfigDict) -> Mesh:
-  """Builds the (data, model) mesh; a -1 in `config.shape` takes the remaining devices."""
+def create_mesh(config: ml_collections.ConfigDict, devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """Builds the (data, model) mesh over `devices` (default: every device); a -1 in `config.shape` takes the
+  remaining devices."""
+  devices = jax.devices() if devices is None else list(devices)
   shape = list(config.shape)
-  num_devices = jax.device_count()
+  num_devices = len(devices)
   if shape.count(-1) > 1:
     raise ValueError(f"mesh.shape {tuple(shape)} may hold at most one -1.")
   if -1 in shape:
@@ -114,7 +116,8 @@ def create_mesh(config: ml_collections.ConfigDict) -> Mesh:
     logging.warning("mesh.shape %s uses %d of %d devices.", tuple(shape), math.prod(shape), num_devices)
   # Auto axes: XLA propagates shardings from the declared inputs and outputs of each jit.
   return jax.make_mesh(tuple(shape), (DATA_AXIS, MODEL_AXIS), axis_types=(AxisType.Auto, AxisType.Auto),
-                       devices=jax.devices()[:math.prod(shape)])
+                       devices=devices[:math.prod(shape)])
+
 
 def rules_from_config(config: ml_collections.ConfigDict) -> tuple[tuple[str, Any], ...]:
   """Default rules, with any overrides from `config.rules` (a sequence of (name, mesh axes))."""

@@ -188,13 +188,16 @@ def _duration(seconds: float) -> str:
 class Trainer:
   """Builds the sharded state of one run's objective, trains it, evaluates it."""
 
-  def __init__(self, config: ml_collections.ConfigDict, workdir: str | epath.PathLike):
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *,
+               objective: objectives.base.Objective | None = None):
+    """`objective`: one already built on its mesh (e.g. from shapes, to compile for devices elsewhere); by default
+    the config's, with its data, on every device of this machine."""
     self.config = config
     self.workdir = outputs.as_path(workdir)
-    self.mesh = parallel.create_mesh(config.mesh)
+    self.mesh = parallel.create_mesh(config.mesh) if objective is None else objective.mesh
     objective_class = objectives.get_objective(config.objective)
     config_schema.check_config(config, self.mesh, objective_class.rows_per_example, objective_class.config_rules())
-    self.objective = objective_class(config, self.mesh)
+    self.objective = objective_class(config, self.mesh) if objective is None else objective
     self.evals = evaluators.specs(config)
     self.optimizer = optim.create_optimizer(config.optim, config.train.num_steps)
     self.rng = jax.random.key(config.seed)
@@ -206,14 +209,15 @@ class Trainer:
     """Shapes and target shardings of the state on this run's mesh; restoring needs no real init."""
     params = jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
                           nn.unbox(self.abstract_params), self.param_shardings)
-    # The optimizer state follows the params' shardings through XLA's propagation; leaves that
-    # depend on no param (step counts) are replicated.
+    # Each param's optimizer state (Adam's moments) is sharded as the param is; leaves of no param (step counts)
+    # are replicated. Left to XLA's propagation, the TPU compiler replicated the moments of sharded params, and
+    # gathered every sharded param and gradient each step to update them.
     replicated = parallel.replicated(self.mesh)
-    opt_shardings = jax.tree.map(
-        lambda sharding: sharding if sharding.device_set == replicated.device_set else replicated,
-        jax.jit(self.optimizer.init).lower(params).compile().output_shardings)
+    opt_shapes = jax.eval_shape(self.optimizer.init, params)
+    opt_shardings = optax.tree_map_params(self.optimizer, lambda _, sharding: sharding, opt_shapes,
+                                          self.param_shardings, transform_non_params=lambda _: replicated)
     opt_state = jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
-                             jax.eval_shape(self.optimizer.init, params), opt_shardings)
+                             opt_shapes, opt_shardings)
     step = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
     return TrainState(step=step, params=params, opt_state=opt_state)
 

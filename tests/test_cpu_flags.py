@@ -63,3 +63,15 @@ def test_importing_the_package_sets_the_flags_before_jax_starts():
   env[cpu_flags.OVERRIDE_VARIABLE] = "--xla_cpu_no_such_flag=1"
   failed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
   assert failed.returncode != 0 and "xla_cpu_no_such_flag" in failed.stderr
+
+
+def test_a_machine_without_accelerators_computes_on_the_cpu_without_probing_for_a_tpu():
+  machine = {}
+  cpu_flags.only_cpu(machine, exists=lambda path: False)
+  assert machine == {"JAX_PLATFORMS": "cpu"}
+  chosen = {"JAX_PLATFORMS": "tpu"}
+  cpu_flags.only_cpu(chosen, exists=lambda path: False)
+  assert chosen == {"JAX_PLATFORMS": "tpu"}  # The user's choice stands.
+  on_a_tpu_vm = {}
+  cpu_flags.only_cpu(on_a_tpu_vm, exists=lambda path: path == "/dev/vfio")
+  assert on_a_tpu_vm == {}

@@ -95,8 +95,8 @@ def _shard_top_k(queries: jax.Array, rows: jax.Array, *, k: int, block_size: int
 
 
 @functools.partial(jax.jit, static_argnames=("k", "block_size", "num_rows", "mesh", "approx_recall", "normalize"))
-def _top_k(queries: jax.Array, vectors: jax.Array, *, k: int, block_size: int, num_rows: int, mesh: Mesh,
-           approx_recall: float | None, normalize: bool) -> tuple[jax.Array, jax.Array]:
+def sharded_top_k(queries: jax.Array, vectors: jax.Array, *, k: int, block_size: int, num_rows: int, mesh: Mesh,
+                  approx_recall: float | None, normalize: bool) -> tuple[jax.Array, jax.Array]:
   """Top k over `vectors` [rows, d] split by rows over every axis of `mesh`; queries replicated."""
   queries = entity_table.l2_normalize(queries) if normalize else queries.astype(jnp.float32)
   axes = tuple(mesh.axis_names)
@@ -172,7 +172,7 @@ class ExactSearch:
     results = []
     for start in range(0, len(padded), self.query_batch):
       batch = jax.device_put(padded[start:start + self.query_batch], replicated)
-      results.append(_top_k(batch, self.vectors, k=k, block_size=self.block_size, num_rows=self.num_vectors,
+      results.append(sharded_top_k(batch, self.vectors, k=k, block_size=self.block_size, num_rows=self.num_vectors,
                             mesh=self.mesh, approx_recall=self.approx_recall, normalize=self.normalize))
     # Fetched after every batch is dispatched, so that host work overlaps with device work.
     scores, indices = (np.concatenate(parts)[:num_queries] for parts in zip(*parallel.fetch(results)))

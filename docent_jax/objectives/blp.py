@@ -8,6 +8,7 @@ never seen in training.
 from typing import Any
 
 from absl import logging
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
@@ -53,12 +54,39 @@ class BlpObjective(base.Objective):
     if config.data.get("drop_stopwords", False):
       texts = tokenization.without_stopwords(texts)
     self.entity_tokens = tokenization.tokenize_texts(self.tokenizer, texts, config.data.max_len)
-    self.loss_fn = losses.get_link_prediction_loss(config.loss.name)
-    self.module, self.scoring = blp_model.create(config, self.tokenizer.vocab_size, self.graph.num_relations)
+    self._build(self.tokenizer.vocab_size, self.graph.num_relations)
     _, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
     logging.info("%s: %d entities, %d relations, triples %s.", self.graph.name, self.graph.num_entities,
                  self.graph.num_relations, {k: len(v) for k, v in self.graph.triples.items()})
-    self.encoder_path = blp_model.encoder_path(config)
+
+  def _build(self, vocab_size: int, num_relations: int) -> None:
+    self.loss_fn = losses.get_link_prediction_loss(self.config.loss.name)
+    self.module, self.scoring = blp_model.create(self.config, vocab_size, num_relations)
+    self.encoder_path = blp_model.encoder_path(self.config)
+
+  @classmethod
+  def from_shapes(cls, config: ml_collections.ConfigDict, mesh: Mesh, shapes: dict[str, int]) -> "BlpObjective":
+    """The objective without its data (`shapes["num_relations"]`; the tokenizer is the config's): params, loss
+    and batch shapes, for compiling its step ahead of time."""
+    objective = cls.__new__(cls)
+    base.Objective.__init__(objective, config, mesh)
+    objective.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
+    objective._build(objective.tokenizer.vocab_size, shapes["num_relations"])
+    return objective
+
+  def vector_width(self) -> int:
+    """The width of an entity's vector (what search ranks), from the params' shapes."""
+    params = nn.unbox(jax.eval_shape(self.init_variables, jax.random.key(0)))
+    tokens = jax.ShapeDtypeStruct((1, self.config.data.max_len), jnp.int32)
+    encode = lambda p, t: self.module.apply({"params": p}, t, method=blp_model.BlpModel.encode)
+    return int(jax.eval_shape(encode, params, tokens).shape[-1])
+
+  def batch_shapes(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """One global training batch's arrays (at full width: cutting short rows is the host's choice per batch)."""
+    rows, tokens = (global_batch_size,), (global_batch_size, self.config.data.max_len)
+    return {"head": jax.ShapeDtypeStruct(rows, jnp.int32), "relation": jax.ShapeDtypeStruct(rows, jnp.int32),
+            "tail": jax.ShapeDtypeStruct(rows, jnp.int32), "head_tokens": jax.ShapeDtypeStruct(tokens, jnp.int32),
+            "tail_tokens": jax.ShapeDtypeStruct(tokens, jnp.int32)}
 
   @classmethod
   def config_rules(cls) -> tuple[tuple[str, Any, str], ...]:

@@ -64,11 +64,35 @@ class DocentDualObjective(base.Objective):
     self.corpus = review_corpus.load_review_corpus(
         config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    bert_config, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
-    self.bert_config = bert_config
+    self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
+    self._build(self.corpus.num_entities)
+
+  def _build(self, num_entities: int) -> None:
+    model = self.config.model
     self.module = dual_encoder.DualEncoder(
-        bert_config, num_entities=self.corpus.num_entities, initial_scale=config.model.scale,
-        learn_scale=config.model.learn_scale, dtype=jnp.dtype(config.model.dtype))
+        self.bert_config, num_entities=num_entities, initial_scale=model.scale, learn_scale=model.learn_scale,
+        dtype=jnp.dtype(model.dtype))
+
+  @classmethod
+  def from_shapes(cls, config: ml_collections.ConfigDict, mesh: Mesh,
+                  shapes: dict[str, int]) -> "DocentDualObjective":
+    """The objective without its data (`shapes["num_entities"]`; the tokenizer is the config's): params, loss
+    and batch shapes, for compiling its step ahead of time."""
+    objective = cls.__new__(cls)
+    base.Objective.__init__(objective, config, mesh)
+    objective.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
+    objective.bert_config = pretrained.model_bert_config(config.model, objective.tokenizer.vocab_size)
+    objective._build(shapes["num_entities"])
+    return objective
+
+  def vector_width(self) -> int:
+    """The width of an entity's row (what search ranks)."""
+    return self.bert_config.hidden_size
+
+  def batch_shapes(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """One global training batch's arrays: sentences' token ids and their entities."""
+    return {"tokens": jax.ShapeDtypeStruct((global_batch_size, self.config.data.max_len), jnp.int32),
+            "entity": jax.ShapeDtypeStruct((global_batch_size,), jnp.int32)}
 
   def data_fingerprint(self) -> dict[str, int | str]:
     return self.corpus.fingerprint()

@@ -27,13 +27,15 @@ class DocentHybridObjective(docent_dual.DocentDualObjective):
   """DOCENT-DUAL plus an entity-conditioned masked LM; BERT pretrained, MLM head fresh."""
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
-    super().__init__(config, mesh)
     if not 0.0 < config.loss.mlm_rate <= 1.0:
       raise ValueError(f"loss.mlm_rate must be in (0, 1]; got {config.loss.mlm_rate}.")
-    dual = self.module
+    super().__init__(config, mesh)
+
+  def _build(self, num_entities: int) -> None:
+    model = self.config.model
     self.module = hybrid_encoder.HybridEncoder(
-        dual.config, num_entities=dual.num_entities, initial_scale=dual.initial_scale,
-        learn_scale=dual.learn_scale, dtype=dual.dtype)
+        self.bert_config, num_entities=num_entities, initial_scale=model.scale, learn_scale=model.learn_scale,
+        dtype=jnp.dtype(model.dtype))
     self._special_ids = np.array(sorted(self.tokenizer.all_special_ids), np.int32)
 
   def init_variables(self, rng: jax.Array) -> Any:

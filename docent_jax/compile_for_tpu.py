@@ -1,0 +1,334 @@
+"""Compiles a config's training step and search for a Cloud TPU topology ahead of time, on any machine, and says
+whether they fit in the chips' memory, how fast they could run at best, and which collectives they hold.
+
+  python -m docent_jax.compile_for_tpu --config=configs/default.py --topology=v4:2x2x1 --output=r.json
+
+libtpu (`pip install -e '.[tpu]'`) describes the topology's chips (`jax.experimental.topologies`); XLA compiles the
+real step for them on this CPU, as the TPU VM would, and the compiled program reports its memory per chip, its
+FLOPs and bytes, and its HLO (all-gathers, all-reduces, ...). No dataset is read and no TPU is needed: the counts
+the data would give (entities, relations) come from `DATASET_SHAPES` by `config.data.dataset`, or from
+--num_entities / --num_relations.
+
+The report (JSON) holds per compiled function: `hbm_bytes_per_device` (arguments + outputs + temporaries -
+aliased), `hbm_capacity_bytes`, `fits`, `flops` and `bytes_accessed` per device and step,
+`step_seconds_lower_bound` (the larger of FLOPs at the chip's peak bf16 rate and bytes at its HBM bandwidth: no
+step runs faster), and its collectives; for the training step also `projected_seconds` (the config's
+`train.num_steps` times that bound) and, when it does not fit (or with --search_batch), the largest global batch
+that fits, found by bisection over compiles. Exit 0 when everything fits; 1 with one line per misfit.
+"""
+from collections.abc import Callable
+import collections
+import dataclasses
+import json
+import math
+import os
+import re
+import sys
+import time
+from typing import Any
+
+from absl import app
+from absl import flags
+from absl import logging
+import jax
+from jax.experimental import topologies
+import jax.numpy as jnp
+from ml_collections import config_flags
+import ml_collections
+
+from docent_jax import cli
+from docent_jax import config_schema
+from docent_jax import objectives
+from docent_jax import outputs
+from docent_jax import parallel
+from docent_jax import train
+from docent_jax.inference import search
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+  """A TPU generation's public figures, and how libtpu names it."""
+  libtpu_name: str
+  chip_config: str  # 'megacore': one device per chip of two TensorCores (v4, v5p).
+  hbm_bytes: int
+  bf16_flops_per_second: float
+  hbm_bytes_per_second: float
+
+
+GIB = 1 << 30
+CHIPS = {
+    "v4": Chip("v4", "megacore", 32 * GIB, 275e12, 1.2e12),
+    "v5e": Chip("v5e", "default", 16 * GIB, 197e12, 0.82e12),
+    "v5p": Chip("v5", "megacore", 95 * GIB, 459e12, 2.77e12),
+    "v6e": Chip("v6e", "default", 32 * GIB, 918e12, 1.64e12),
+}
+_CHIPS_PER_HOST = (2, 2, 1)  # Every TPU VM host of these generations holds 4 chips (MaxText's table too).
+
+# What the data of each benchmark gives the model's shapes, as its files hold them: entities (an entity table's
+# rows, the search's candidates) and relations (BLP's relation table).
+DATASET_SHAPES: dict[str, dict[str, int]] = {
+    "wordnet_kg/subgraph_3000": {"num_entities": 3000, "num_relations": 11},
+    "wn18rr": {"num_entities": 40943, "num_relations": 11},
+    "fb15k237": {"num_entities": 14541, "num_relations": 237},
+    "wikidata5m": {"num_entities": 4594485, "num_relations": 822},
+    "imdb_movielens": {"num_entities": 812},
+}
+# Objectives whose step compiles from shapes alone (`Objective.from_shapes`, `batch_shapes`).
+COMPILABLE = ("blp", "docent_dual", "docent_hybrid")
+_COLLECTIVE = re.compile(r"=\s*(.+?)\s+(all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)"
+                         r"(?:-start)?\(")
+_LAYOUT = re.compile(r"\{[^}]*\}")
+_ARRAY = re.compile(r"(pred|[a-z]+\d+)\[([\d,]*)\]")
+_SEARCH_QUERIES = 256  # Queries per compiled search call (`ExactSearch`'s default batch).
+
+
+def topology_devices(topology: str, num_slices: int = 1) -> tuple[Chip, list[Any]]:
+  """The chip and compile-only devices of a topology `<generation>:<shape>` (v4:2x2x1, v5e:2x4, v5p:2x2x1,
+  v6e:2x4), over `num_slices` slices."""
+  generation, _, shape = topology.partition(":")
+  if generation not in CHIPS or not re.fullmatch(r"\d+(x\d+){1,2}", shape):
+    raise app.UsageError(f"--topology={topology}: expected <generation>:<shape> with a generation of "
+                         f"{sorted(CHIPS)}, e.g. v5e:2x4 or v4:2x2x1.")
+  chip = CHIPS[generation]
+  chips = math.prod(int(d) for d in shape.split("x")) * num_slices
+  # libtpu looks for the TPU VM it runs on when it starts, and warns when it finds none: it is told, for this
+  # call only (processes started later must not inherit another topology's type). Its lock file keeps a second
+  # process from a TPU's chips; compiling uses none, so processes that compile do not wait for each other.
+  hints = {"TPU_ACCELERATOR_TYPE": accelerator_type(generation, chips), "TPU_WORKER_HOSTNAMES": "localhost",
+           "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+  saved = {key: os.environ.get(key) for key in hints}
+  os.environ.update({key: value for key, value in hints.items() if saved[key] is None})
+  try:
+    description = topologies.get_topology_desc(
+        topology_name=f"{chip.libtpu_name}:{shape}", platform="tpu", chip_config_name=chip.chip_config,
+        chips_per_host_bounds=_CHIPS_PER_HOST, num_slices=num_slices)
+  finally:
+    for key, value in saved.items():
+      if value is None:
+        os.environ.pop(key, None)
+  return chip, list(description.devices)
+
+
+def accelerator_type(generation: str, chips: int) -> str:
+  """Cloud TPU's name of `chips` chips of a generation (v4 and v5p count TensorCores: two per chip)."""
+  return {"v4": f"v4-{2 * chips}", "v5p": f"v5p-{2 * chips}", "v5e": f"v5litepod-{chips}",
+          "v6e": f"v6e-{chips}"}[generation]
+
+
+def collectives(hlo: str) -> list[dict[str, Any]]:
+  """The collectives of an HLO module's text, one entry per kind and result shape: {op, shape, bytes, count}."""
+  counts = collections.Counter((_LAYOUT.sub("", shape), op) for shape, op in _COLLECTIVE.findall(hlo))
+  return [{"op": op, "shape": shape, "bytes": _shape_bytes(shape), "count": count}
+          for (shape, op), count in sorted(counts.items(), key=lambda item: (item[0][1], item[0][0]))]
+
+
+def _shape_bytes(shape: str) -> int:
+  sizes = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4,
+           "f64": 8, "s64": 8, "u64": 8}
+  return sum(sizes.get(dtype, 4) * math.prod(int(d) for d in dims.split(",") if d)
+             for dtype, dims in _ARRAY.findall(shape))
+
+
+def analyse(compiled: Any, chip: Chip) -> dict[str, Any]:
+  """Memory per device, FLOPs and bytes per step, the step-time bound and the collectives of one compiled
+  function."""
+  memory = compiled.memory_analysis()
+  hbm = (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
+         - memory.alias_size_in_bytes + memory.generated_code_size_in_bytes)
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, list) else cost
+  flops, accessed = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+  return {"hbm_bytes_per_device": int(hbm), "hbm_capacity_bytes": chip.hbm_bytes, "fits": hbm <= chip.hbm_bytes,
+          "argument_bytes": int(memory.argument_size_in_bytes), "output_bytes": int(memory.output_size_in_bytes),
+          "temp_bytes": int(memory.temp_size_in_bytes), "alias_bytes": int(memory.alias_size_in_bytes),
+          "flops": flops, "bytes_accessed": accessed,
+          "step_seconds_lower_bound": max(flops / chip.bf16_flops_per_second, accessed / chip.hbm_bytes_per_second),
+          "collectives": collectives(compiled.as_text())}
+
+
+_OUT_OF_MEMORY = re.compile(r"RESOURCE_EXHAUSTED: Ran out of memory.*?\(([\d.]+)([KMGT])\) exceeds available")
+
+
+def compiled_report(compile_fn: Callable[[], Any], chip: Chip) -> dict[str, Any]:
+  """`analyse` of `compile_fn()`; a program that the TPU compiler refuses for memory does not fit, and needs at
+  least the temporaries it names."""
+  try:
+    return analyse(compile_fn(), chip)
+  except jax.errors.JaxRuntimeError as error:
+    found = _OUT_OF_MEMORY.search(str(error))
+    if not found:
+      raise
+    needed = float(found.group(1)) * 1024 ** "KMGT".index(found.group(2)) * 1024
+    return {"hbm_bytes_per_device": int(needed), "hbm_capacity_bytes": chip.hbm_bytes, "fits": False,
+            "flops": None, "bytes_accessed": None, "step_seconds_lower_bound": None, "collectives": [],
+            "compiler": " ".join(str(error).split())[:300]}
+
+
+def build_objective(config: ml_collections.ConfigDict, devices: list[Any],
+                    shapes: dict[str, int]) -> objectives.base.Objective:
+  """The config's objective from shapes alone, on a mesh of `devices`."""
+  if config.objective not in COMPILABLE:
+    raise app.UsageError(f"config.objective={config.objective!r}: compiles from shapes for {list(COMPILABLE)} so "
+                         "far.")
+  mesh = parallel.create_mesh(config.mesh, devices)
+  return objectives.get_objective(config.objective).from_shapes(config, mesh, shapes)
+
+
+def compile_train_step(config: ml_collections.ConfigDict, objective: objectives.base.Objective,
+                       global_batch_size: int) -> Any:
+  """The trainer's own jitted step for one global batch size, compiled for the objective's mesh."""
+  config = ml_collections.ConfigDict(config.to_dict())
+  config.train.global_batch_size = global_batch_size
+  objective.config = config
+  trainer = train.Trainer(config, "unused", objective=objective)
+  state = trainer.abstract_state()
+  batch = objective.batch_shapes(global_batch_size)
+  sharding = parallel.batch_sharding(trainer.mesh)
+  batch = {key: jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding) for key, value in batch.items()}
+  step = trainer.compile_train_step(state, jax.tree.map(lambda x: x.sharding, batch))
+  return step.lower(state, batch).compile()
+
+
+def compile_search(mesh: Any, num_entities: int, dim: int, k: int = 10) -> Any:
+  """Exact top-k search (`inference.search.ExactSearch`) of a query batch over `num_entities` vectors split by
+  rows over every device."""
+  padded = -(-num_entities // mesh.size) * mesh.size
+  layout = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(tuple(mesh.axis_names)))
+  vectors = jax.ShapeDtypeStruct((padded, dim), jnp.float32, sharding=layout)
+  queries = jax.ShapeDtypeStruct((_SEARCH_QUERIES, dim), jnp.float32, sharding=parallel.replicated(mesh))
+  return search.sharded_top_k.lower(queries, vectors, k=k, block_size=16384, num_rows=num_entities, mesh=mesh,
+                                    approx_recall=None, normalize=True).compile()
+
+
+def largest_fitting_batch(needs: Callable[[int], int], start: int, multiple: int, capacity: int,
+                          limit: int = 8) -> int | None:
+  """The largest global batch (a multiple of `multiple`) whose step needs at most `capacity` bytes per device,
+  by `needs(batch)` (one compile each, at most `limit`): from `start`, doubling while it fits; when it does
+  not, a guess in proportion to the bytes (memory grows about linearly with the batch), then bisection. None
+  when no batch it tried fits."""
+  low, high, batch = None, None, start
+  for _ in range(limit):
+    needed = needs(batch)
+    if needed <= capacity:
+      low = batch
+    else:
+      high = batch
+    if high is None:
+      batch = low * 2
+    elif low is None:
+      guess = int(batch * capacity / needed * 0.95) // multiple * multiple
+      batch = max(multiple, min(guess, (high // 2) // multiple * multiple))
+      if batch == high:
+        return None
+    else:
+      batch = (low + high) // 2 // multiple * multiple
+      if batch in (low, high):
+        break
+  return low
+
+
+def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, shapes: dict[str, int],
+           search_batch: bool = False, batch_compiles: int = 8) -> dict[str, Any]:
+  """Compiles the config's training step and search for the topology; the report (see the module docstring)."""
+  chip, devices = topology_devices(topology, num_slices)
+  objective = build_objective(config, devices, shapes)
+  mesh = objective.mesh
+  started = time.time()
+  compile_step = lambda batch: compiled_report(lambda: compile_train_step(config, objective, batch), chip)
+  train_step = compile_step(config.train.global_batch_size)
+  train_step["compile_seconds"] = round(time.time() - started, 1)
+  train_step["global_batch_size"] = config.train.global_batch_size
+  if train_step["step_seconds_lower_bound"] is not None:
+    train_step["projected_seconds"] = train_step["step_seconds_lower_bound"] * config.train.num_steps
+  if search_batch or not train_step["fits"]:
+    multiple = mesh.shape[parallel.DATA_AXIS] * objective.rows_per_example
+    measured = {config.train.global_batch_size: train_step["hbm_bytes_per_device"]}
+
+    def needs(batch: int) -> int:
+      if batch not in measured:
+        measured[batch] = compile_step(batch)["hbm_bytes_per_device"]
+      return measured[batch]
+
+    train_step["largest_fitting_global_batch"] = largest_fitting_batch(
+        needs, config.train.global_batch_size, multiple, chip.hbm_bytes, limit=batch_compiles)
+    train_step["batches_tried"] = {str(batch): needed for batch, needed in sorted(measured.items())}
+  functions = {"train_step": train_step}
+  if "num_entities" in shapes:
+    dim = objective.vector_width()
+    started = time.time()
+    functions["search_top_k"] = {**compiled_report(lambda: compile_search(mesh, shapes["num_entities"], dim), chip),
+                                 "compile_seconds": round(time.time() - started, 1),
+                                 "num_entities": shapes["num_entities"], "queries": _SEARCH_QUERIES}
+  return {"config": config.get("name", ""), "objective": config.objective, "topology": topology,
+          "num_slices": num_slices, "devices": len(devices), "hosts": len({d.process_index for d in devices}),
+          "mesh": dict(mesh.shape), "chip": dataclasses.asdict(chip), "shapes": shapes,
+          "train_steps": config.train.num_steps, "functions": functions}
+
+
+def misfits(result: dict[str, Any]) -> list[str]:
+  """One line per compiled function that does not fit."""
+  generation = result["topology"].split(":")[0]
+  lines = []
+  for name, function in result["functions"].items():
+    if function["fits"]:
+      continue
+    line = (f"{name} needs {function['hbm_bytes_per_device'] / GIB:.1f} GiB of "
+            f"{function['hbm_capacity_bytes'] / GIB:.0f} GiB per {generation} chip")
+    if "global_batch_size" in function:
+      largest = function.get("largest_fitting_global_batch")
+      line += f" at batch {function['global_batch_size']}: " + (
+          f"largest that fits is {largest}" if largest else
+          f"none of the batches tried fits (down to {min(map(int, function['batches_tried']))}; "
+          "--batch_compiles tries more)")
+    lines.append(line)
+  return lines
+
+
+FLAGS = flags.FLAGS
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  config = FLAGS.config
+  shapes = dict(DATASET_SHAPES.get(config.data.dataset, {}))
+  shapes.update({key: value for key, value in (("num_entities", FLAGS.num_entities),
+                                               ("num_relations", FLAGS.num_relations)) if value})
+  if config.objective == "blp" and "num_relations" not in shapes:
+    raise app.UsageError(f"config.data.dataset={config.data.dataset!r} has no known shapes: pass --num_relations "
+                         "(and --num_entities for the search).")
+  if config.objective != "blp" and "num_entities" not in shapes:
+    raise app.UsageError(f"config.data.dataset={config.data.dataset!r} has no known shapes: pass --num_entities.")
+  output = outputs.check_writable(FLAGS.output, "--output") if FLAGS.output else None
+  result = report(config, FLAGS.topology, FLAGS.num_slices, shapes, search_batch=FLAGS.search_batch,
+                  batch_compiles=FLAGS.batch_compiles)
+  if output is not None:
+    outputs.write_atomically(output, json.dumps(result, indent=1) + "\n")
+  for name, function in result["functions"].items():
+    if function["flops"] is None:
+      continue  # Refused by the compiler: its misfit line says it.
+    logging.info("%s on %s: %.2f of %.0f GiB per chip, %.3g FLOP, step >= %.3g s, %d collectives (%s).", name,
+                 FLAGS.topology, function["hbm_bytes_per_device"] / GIB, function["hbm_capacity_bytes"] / GIB,
+                 function["flops"], function["step_seconds_lower_bound"],
+                 sum(c["count"] for c in function["collectives"]),
+                 ", ".join(sorted({c["op"] for c in function["collectives"]})) or "none")
+  problems = misfits(result)
+  for line in problems:
+    print(line, file=sys.stderr)
+  if problems:
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  config_flags.DEFINE_config_file("config", None, "Experiment config (a configs/*.py file, optionally :arg).",
+                                  lock_config=True)
+  flags.DEFINE_string("topology", None, "The TPU topology, <generation>:<shape>: v4:2x2x1 (v4-8), v5e:2x4 "
+                      "(v5e-8), v5p:2x2x1 (v5p-8), v4:2x2x2 (v4-16, 2 hosts), v5e:4x4 (v5e-16, 4 hosts), ...")
+  flags.DEFINE_integer("num_slices", 1, "Slices of the topology (multislice over the data-center network).")
+  flags.DEFINE_integer("num_entities", 0, "Entities, where config.data.dataset has no known shapes.")
+  flags.DEFINE_integer("num_relations", 0, "Relations (BLP), where config.data.dataset has no known shapes.")
+  flags.DEFINE_bool("search_batch", False, "Also find the largest batch that fits when the config's fits.")
+  flags.DEFINE_integer("batch_compiles", 8, "Compiles at most spent finding the largest batch that fits.")
+  flags.DEFINE_string("output", "", "Where the report (JSON) goes; empty: the log only.")
+  flags.mark_flags_as_required(["config", "topology"])
+  cli.run(main, "compile_for_tpu", flags_parser=lambda argv: flags.FLAGS(argv))

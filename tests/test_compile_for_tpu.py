@@ -1,0 +1,121 @@
+"""Ahead-of-time compiles for Cloud TPU topologies (libtpu's compile-only devices, no TPU): the report, and the
+sharding regression checks that forced CPU devices cannot give: the HLO's collectives."""
+import json
+import math
+import pathlib
+import re
+import subprocess
+import sys
+
+import jax
+import pytest
+
+from docent_jax import compile_for_tpu
+from docent_jax import train
+import kg_fixtures
+import review_fixtures
+import tiny_training
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+NUM_ENTITIES = 96  # Rows of the tiny entity table: 12 on each of 8 chips.
+
+
+def _sharded_params(trainer: train.Trainer) -> dict[str, tuple[int, ...]]:
+  """Path -> shape of every param the rules split over some mesh axis."""
+  state = trainer.abstract_state()
+  return {jax.tree_util.keystr(path): leaf.shape for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]
+          if any(axes is not None for axes in leaf.sharding.spec)}
+
+
+def _gathered(function: dict) -> list[tuple[int, ...]]:
+  """The result shapes of a compiled function's all-gathers (one entry per kind of result)."""
+  shapes = []
+  for collective in function["collectives"]:
+    if collective["op"] == "all-gather":
+      shapes.extend(tuple(int(d) for d in dims.split(",") if d)
+                    for dims in compile_for_tpu._ARRAY.findall(collective["shape"]) for dims in [dims[1]])
+  return shapes
+
+
+@pytest.mark.parametrize("negatives", ["full", "in_batch"])
+def test_docents_entity_table_and_every_sharded_param_stay_sharded_on_a_v5e_8(negatives):
+  config = review_fixtures.tiny_config(pathlib.Path("unread"), pathlib.Path("unread"), negatives=negatives)
+  config.mesh.shape = (4, 2)  # Data over 4 chips, BERT's FFN and heads over 2, the entity table over all 8.
+  config.train.global_batch_size = 8
+  chip, devices = compile_for_tpu.topology_devices("v5e:2x4")
+  objective = compile_for_tpu.build_objective(config, devices, {"num_entities": NUM_ENTITIES})
+  trainer = train.Trainer(config, "unused", objective=objective)
+  sharded = _sharded_params(trainer)
+  assert "['entities']['embedding']" in "".join(sharded)
+  # Adam's moments are sharded as their params are.
+  state = trainer.abstract_state()
+  moments = state.opt_state[1][0]
+  for params, mu in zip(jax.tree.leaves(state.params), jax.tree.leaves(moments.mu)):
+    assert mu.sharding.spec == params.sharding.spec
+  step = compile_for_tpu.analyse(compile_for_tpu.compile_train_step(config, objective, 8), chip)
+  gathered = _gathered(step)
+  table = NUM_ENTITIES * config.model.bert.hidden_size
+  assert all(math.prod(shape) < table for shape in gathered), gathered  # Neither the table nor its shards.
+  for path, shape in sharded.items():
+    assert math.prod(shape) not in {math.prod(s) for s in gathered}, (path, gathered)
+  assert {c["op"] for c in step["collectives"]} <= {"all-gather", "all-reduce", "reduce-scatter", "all-to-all",
+                                                  "collective-permute"}
+  assert step["fits"] and step["flops"] > 0 and step["step_seconds_lower_bound"] > 0
+
+
+def test_blps_step_on_a_v4_8_is_data_parallel_and_the_report_holds_every_figure(tmp_path):
+  config = kg_fixtures.tiny_config(pathlib.Path("unread"), pathlib.Path("unread"))
+  config.mesh.shape = (-1, 1)  # Every chip on the data axis, as configs/blp.py has it.
+  result = compile_for_tpu.report(config, "v4:2x2x1", 1, {"num_entities": 48, "num_relations": 3})
+  assert result["devices"] == 4 and result["hosts"] == 1 and result["mesh"] == {"data": 4, "model": 1}
+  step = result["functions"]["train_step"]
+  for key in ("hbm_bytes_per_device", "hbm_capacity_bytes", "fits", "flops", "step_seconds_lower_bound",
+              "collectives", "projected_seconds"):
+    assert key in step
+  assert step["hbm_capacity_bytes"] == 32 << 30 and step["fits"]
+  assert step["projected_seconds"] == pytest.approx(step["step_seconds_lower_bound"] * config.train.num_steps)
+  ops = {c["op"] for c in step["collectives"]}
+  assert "all-reduce" in ops  # The gradients, summed over the data axis.
+  assert ops <= {"all-gather", "all-reduce", "all-to-all", "collective-permute"}
+  # BLP's params are replicated on a data-only mesh: nothing of them is gathered; the batch's entity vectors
+  # (the in-batch negatives) are.
+  widths = {shape[-1] for shape in _gathered(step)}
+  assert widths <= {config.model.dim}, step["collectives"]
+  assert result["functions"]["search_top_k"]["fits"]
+
+
+def test_the_largest_fitting_batch_is_found_by_doubling_a_proportional_guess_and_bisection():
+  calls = []
+
+  def needs(batch):  # 1 GiB of params and state, 1 MiB per example.
+    calls.append(batch)
+    return (1 << 30) + batch * (1 << 20)
+
+  capacity = 16 << 30  # 15,360 examples fit.
+  assert compile_for_tpu.largest_fitting_batch(needs, 64, 8, capacity, limit=20) == 15360
+  calls.clear()
+  found = compile_for_tpu.largest_fitting_batch(needs, 1 << 20, 8, capacity)  # From far above: the guess.
+  assert len(calls) <= 8 and found % 8 == 0 and 14000 <= found <= 15360 and needs(found) <= capacity
+  assert compile_for_tpu.largest_fitting_batch(lambda batch: capacity + 1, 1024, 8, capacity) is None
+
+
+def test_a_batch_that_does_not_fit_exits_1_with_one_line_naming_the_need_and_the_chip(tmp_path):
+  # Attention over 512 word pieces: a batch of 65,536 needs hundreds of GiB per chip. One compile is spent on
+  # finding a batch that fits (a fitting large batch takes minutes to compile; the search itself is tested above).
+  values = {"model.pretrained": "", "model.bert.hidden_size": 64, "model.bert.num_hidden_layers": 1,
+            "model.bert.num_attention_heads": 4, "model.bert.intermediate_size": 256, "model.dim": 16,
+            "data.max_len": 512, "train.global_batch_size": 65536}
+  command = [sys.executable, "-m", "docent_jax.compile_for_tpu", "--config=configs/blp.py:wn18rr",
+             "--topology=v5e:2x2", "--batch_compiles=1", f"--output={tmp_path / 'r.json'}",
+             *[f"--config.{k}={v}" for k, v in values.items()]]
+  run = subprocess.run(command, cwd=REPO_ROOT, env=tiny_training.subprocess_env(1), capture_output=True, text=True,
+                       timeout=600)
+  assert run.returncode == 1, run.stderr[-3000:]
+  lines = [line for line in run.stderr.splitlines() if line.startswith("train_step needs")]
+  assert len(lines) == 1, run.stderr[-3000:]
+  line = lines[0]
+  assert re.fullmatch(r"train_step needs \d+\.\d GiB of 16 GiB per v5e chip at batch 65536: none of the batches "
+                      r"tried fits \(down to 65536; --batch_compiles tries more\)", line), line
+  step = json.loads((tmp_path / "r.json").read_text())["functions"]["train_step"]
+  assert not step["fits"] and step["hbm_bytes_per_device"] > 16 << 30
+  assert "search_top_k" in json.loads((tmp_path / "r.json").read_text())["functions"]
