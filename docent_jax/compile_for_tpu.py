@@ -37,7 +37,6 @@ from ml_collections import config_flags
 import ml_collections
 
 from docent_jax import cli
-from docent_jax import config_schema
 from docent_jax import objectives
 from docent_jax import outputs
 from docent_jax import parallel

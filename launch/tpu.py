@@ -16,6 +16,7 @@ Standard library only: it needs gcloud, not jax, so it runs from a laptop.
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import re
 import shlex
@@ -57,6 +58,52 @@ def num_hosts(accelerator_type: str) -> int | None:
     raise SystemExit(f"--accelerator-type {accelerator_type}: {match.group(1)} slices have a multiple of 8 "
                      "TensorCores (4 chips of 2 per host): e.g. v4-8 (1 host), v4-16 (2), v4-32 (4)")
   return cores // 8
+
+
+# Chips of a slice -> its shape, as libtpu names topologies (Cloud TPU's and MaxText's tables): v4 and v5p in 3D,
+# v5e and v6e in 2D.
+_SHAPES_3D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8",
+              512: "8x8x8", 1024: "8x8x16", 2048: "8x16x16"}
+_SHAPES_2D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
+
+
+def topology(accelerator_type: str) -> str | None:
+  """`docent_jax.compile_for_tpu`'s topology of an accelerator type (v4-8 -> v4:2x2x1, v5litepod-16 -> v5e:4x4);
+  None for a family or size it does not know."""
+  match = re.fullmatch(r"(v4|v5p|v5litepod|v6e)-(\d+)", accelerator_type)
+  if not match:
+    return None
+  family, count = match.group(1), int(match.group(2))
+  if family in ("v4", "v5p"):  # N counts TensorCores, two per chip.
+    shape = _SHAPES_3D.get(count // 2) if count % 2 == 0 else None
+  else:
+    shape = _SHAPES_2D.get(count)
+  return f"{'v5e' if family == 'v5litepod' else family}:{shape}" if shape else None
+
+
+def preflight(args: argparse.Namespace) -> None:
+  """Compiles the run's training step for the accelerator type here (`docent_jax.compile_for_tpu`), before any
+  VM is made or used, and refuses a config that does not fit, with the compiler's lines. It needs the package
+  installed with its `tpu` extra; --skip-preflight goes without."""
+  if args.skip_preflight or not (getattr(args, "config", None) and getattr(args, "accelerator_type", None)):
+    return
+  target = topology(args.accelerator_type)
+  if target is None:
+    note(f"preflight skipped: no known topology for {args.accelerator_type}")
+    return
+  command = [sys.executable, "-m", "docent_jax.compile_for_tpu", f"--config={args.config}", f"--topology={target}",
+             *args.overrides]
+  note(f"preflight: compiling {args.config} for {args.accelerator_type} ({target}) here")
+  done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
+                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  misfits = [line for line in done.stderr.splitlines() if " needs " in line and " GiB per " in line]
+  if done.returncode == 1 and misfits:
+    raise SystemExit("\n".join(misfits) + f"\npreflight: {args.config} does not fit {args.accelerator_type}; "
+                     "nothing was created or started (--skip-preflight goes ahead anyway)")
+  if done.returncode != 0:
+    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    raise SystemExit(f"preflight could not compile {args.config} ({last}); install the package with its tpu "
+                     "extra (pip install -e '.[tpu]'), or pass --skip-preflight")
 
 
 def runtime_version(accelerator_type: str) -> str | None:
@@ -285,8 +332,10 @@ def describe_layout(accelerator_type: str) -> None:
 
 
 def cmd_create(args: argparse.Namespace, shell: Shell) -> None:
-  """Creates the TPU VM, or requests it as a queued resource (which then waits for capacity)."""
+  """Creates the TPU VM, or requests it as a queued resource (which then waits for capacity); with --config,
+  only once the config's step compiles to fit it (`preflight`)."""
   check_tpu_options(args)
+  preflight(args)
   describe_layout(args.accelerator_type)
   shell.run(create_command(args))
   if args.queued_resource:
@@ -356,6 +405,7 @@ def cmd_resume(args: argparse.Namespace, shell: Shell) -> None:
   the trainer takes those locks over.
   """
   check_tpu_options(args)
+  preflight(args)
   describe_layout(args.accelerator_type)
   start_run(args, shell, resume_preempted=replace_tpu(args, shell))
 
@@ -393,24 +443,38 @@ def parser() -> argparse.ArgumentParser:
                    "docent_jax_staging); the bundle is a tar.gz of the files git tracks (git ls-files), as "
                    "they are in the working tree: uncommitted edits go, untracked files do not (git add them)")
 
+  check = argparse.ArgumentParser(add_help=False)
+  check.add_argument("--skip-preflight", action="store_true",
+                     help="do not compile the config for the accelerator type here first")
   main_parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   main_parser.add_argument("--dry-run", action="store_true", help="print the gcloud commands, do not run them")
   commands = main_parser.add_subparsers(dest="command", required=True)
-  commands.add_parser("create", parents=[common, queued, tpu], help="create the TPU VM (or queue it)")
-  commands.add_parser("run", parents=[common, job], help="bundle, upload once, start detached on every worker")
+  create = commands.add_parser("create", parents=[common, queued, tpu, check],
+                               help="create the TPU VM (or queue it); with --config, once the config fits it")
+  create.add_argument("--config", help="configs/X.py[:arg] to compile for the accelerator type first (overrides "
+                      "after --)")
+  run = commands.add_parser("run", parents=[common, job, check],
+                            help="bundle, upload once, start detached on every worker")
+  run.add_argument("--accelerator-type", help="the VM's, to compile the config for first (e.g. v4-8)")
   logs = commands.add_parser("logs", parents=[common], help="follow a run's log (tail -F) on one worker")
   logs.add_argument("--run-name", required=True)
   logs.add_argument("--worker", type=int, default=0, help="worker index (default 0)")
   status = commands.add_parser("status", parents=[common, queued],
                                help="TPU state, and on each worker whether the runs are alive")
   status.add_argument("--run-name", help="only this run (default: every run on the workers)")
-  commands.add_parser("resume", parents=[common, queued, tpu, job],
+  commands.add_parser("resume", parents=[common, queued, tpu, job, check],
                       help="after a preemption: recreate the VM if needed, then the same run")
   commands.add_parser("delete", parents=[common, queued], help="delete the VM (or the queued resource, --force)")
   return main_parser
 
 
-COMMANDS = {"create": cmd_create, "run": start_run, "logs": cmd_logs, "status": cmd_status, "resume": cmd_resume,
+def cmd_run(args: argparse.Namespace, shell: Shell) -> None:
+  """Starts the run on every worker; with --accelerator-type, once the config compiles to fit it."""
+  preflight(args)
+  start_run(args, shell)
+
+
+COMMANDS = {"create": cmd_create, "run": cmd_run, "logs": cmd_logs, "status": cmd_status, "resume": cmd_resume,
             "delete": cmd_delete}
 
 
@@ -419,7 +483,7 @@ def main(argv: list[str]) -> int:
   split = argv.index("--") if "--" in argv else len(argv)
   args = parser().parse_args(argv[:split])
   overrides = argv[split + 1:]
-  if overrides and args.command not in ("run", "resume"):
+  if overrides and args.command not in ("create", "run", "resume"):
     raise SystemExit(f"{args.command} takes no config overrides (arguments after --)")
   args.overrides = overrides
   try:

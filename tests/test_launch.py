@@ -22,7 +22,8 @@ _SPEC.loader.exec_module(tpu)
 TPU = ["--name", "my-tpu", "--zone", "us-central2-b"]
 CONFIG = "configs/blp.py:wn18rr"
 WORKDIR = "gs://bucket/runs/wn18rr"
-JOB = ["--config", CONFIG, "--workdir", WORKDIR]
+# The launcher's own tests: the config is not compiled for the accelerator first (tested on its own below).
+JOB = ["--config", CONFIG, "--workdir", WORKDIR, "--skip-preflight"]
 # Spaces, quotes of both kinds, a backslash and shell syntax: each must reach python as one unchanged argument.
 OVERRIDES = ["--config.name=my run", "--config.data.manual_dir=gs://b/it's here", '--config.note=say "hi" \\o/',
              "--config.train.steps=$(echo 3); rm -rf ~ && echo `id` | tee >x", "--config.empty="]
@@ -357,3 +358,27 @@ def test_the_hint_to_follow_a_run_is_a_command_a_shell_reads_as_given(capsys):
   (hint,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("# follow it: ")]
   assert shlex.split(hint.removeprefix("# follow it: ")) == [
       "launch/tpu.py", "logs", "--name", "my tpu (v4)", "--zone", "us-central2-b", "--run-name", "wn18rr"]
+
+
+@pytest.mark.parametrize("accelerator_type, expected", [
+    ("v4-8", "v4:2x2x1"), ("v4-16", "v4:2x2x2"), ("v4-128", "v4:4x4x4"), ("v5p-8", "v5p:2x2x1"),
+    ("v5litepod-8", "v5e:2x4"), ("v5litepod-16", "v5e:4x4"), ("v6e-8", "v6e:2x4"), ("v4-12", None), ("v3-8", None)])
+def test_accelerator_types_map_to_the_topologies_the_compiler_takes(accelerator_type, expected):
+  assert tpu.topology(accelerator_type) == expected
+
+
+def test_create_refuses_a_config_that_does_not_fit_before_any_gcloud_command(capsys):
+  # Attention over 512 word pieces at a batch of 65,536: hundreds of GiB per v5e chip.
+  overrides = ["--config.model.pretrained=", "--config.model.bert.hidden_size=64",
+               "--config.model.bert.num_hidden_layers=1", "--config.model.bert.num_attention_heads=4",
+               "--config.model.bert.intermediate_size=256", "--config.data.max_len=512",
+               "--config.train.global_batch_size=65536", "--batch_compiles=1"]
+  with pytest.raises(SystemExit, match=r"train_step needs \d+\.\d GiB of 16 GiB per v5e chip at batch 65536"
+                     r"(.|\n)*preflight: configs/blp.py:wn18rr does not fit v5litepod-4"):
+    tpu.main(["--dry-run", "create", "--name", "my-tpu", "--zone", "us-west4-a", "--accelerator-type",
+              "v5litepod-4", "--config", "configs/blp.py:wn18rr", "--", *overrides])
+  assert capsys.readouterr().out == ""  # No gcloud command.
+  # --skip-preflight creates it all the same.
+  tpu.main(["--dry-run", "create", "--name", "my-tpu", "--zone", "us-west4-a", "--accelerator-type", "v5litepod-4",
+            "--config", "configs/blp.py:wn18rr", "--skip-preflight", "--", *overrides])
+  assert "gcloud" in capsys.readouterr().out
