@@ -42,6 +42,7 @@ from docent_jax import outputs
 from docent_jax import parallel
 from docent_jax import train
 from docent_jax.inference import search
+from docent_jax.models import pretrained
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +74,11 @@ DATASET_SHAPES: dict[str, dict[str, int]] = {
     "imdb_movielens": {"num_entities": 812},
 }
 # Objectives whose step compiles from shapes alone (`Objective.from_shapes`, `batch_shapes`).
-COMPILABLE = ("blp", "docent_dual", "docent_hybrid")
+COMPILABLE = ("blp", "docent_dual", "docent_hybrid", "supcon")
+# The counts each objective's params or search need from the data.
+NEEDED_SHAPES = {"blp": ("num_relations",), "docent_dual": ("num_entities",), "docent_hybrid": ("num_entities",),
+                 "supcon": ()}
+DEFAULT_TOKENIZER = "minilm-l6"  # A tokenizer shipped as a package: its vocabulary sizes a fresh encoder.
 _COLLECTIVE = re.compile(r"=\s*(.+?)\s+(all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)"
                          r"(?:-start)?\(")
 _LAYOUT = re.compile(r"\{[^}]*\}")
@@ -163,6 +168,25 @@ def compiled_report(compile_fn: Callable[[], Any], chip: Chip) -> dict[str, Any]
             "compiler": " ".join(str(error).split())[:300]}
 
 
+def with_local_encoder(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config`, or, where its pretrained encoder is not on this machine (a paper's BERT-base), a copy with a fresh
+  encoder of `model.bert`'s shape (the papers' configs state it there) and MiniLM's tokenizer: the same shapes,
+  so the same memory and FLOPs, but for the vocabulary's size."""
+  if not config.model.get("pretrained"):
+    return config
+  try:
+    pretrained.resolve_model_dir(config.model.pretrained)
+    return config
+  except FileNotFoundError:
+    pass
+  local = ml_collections.ConfigDict(config.to_dict())  # References resolved: the tokenizer no longer follows.
+  local.model.pretrained, local.model.tokenizer = "", DEFAULT_TOKENIZER
+  bert = ", ".join(f"{key}={value}" for key, value in local.model.bert.items())
+  logging.warning("model.pretrained=%r is not on this machine: compiling a fresh encoder of model.bert's shape "
+                  "(%s) with the %s tokenizer.", config.model.pretrained, bert, DEFAULT_TOKENIZER)
+  return local
+
+
 def build_objective(config: ml_collections.ConfigDict, devices: list[Any],
                     shapes: dict[str, int]) -> objectives.base.Objective:
   """The config's objective from shapes alone, on a mesh of `devices`."""
@@ -230,6 +254,7 @@ def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, sh
            search_batch: bool = False, batch_compiles: int = 8) -> dict[str, Any]:
   """Compiles the config's training step and search for the topology; the report (see the module docstring)."""
   chip, devices = topology_devices(topology, num_slices)
+  config = with_local_encoder(config)
   objective = build_objective(config, devices, shapes)
   mesh = objective.mesh
   started = time.time()
@@ -252,7 +277,7 @@ def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, sh
         needs, config.train.global_batch_size, multiple, chip.hbm_bytes, limit=batch_compiles)
     train_step["batches_tried"] = {str(batch): needed for batch, needed in sorted(measured.items())}
   functions = {"train_step": train_step}
-  if "num_entities" in shapes:
+  if "num_entities" in shapes and hasattr(objective, "vector_width"):  # A model with an entity set to search.
     dim = objective.vector_width()
     started = time.time()
     functions["search_top_k"] = {**compiled_report(lambda: compile_search(mesh, shapes["num_entities"], dim), chip),
@@ -293,11 +318,10 @@ def main(argv: list[str]) -> None:
   shapes = dict(DATASET_SHAPES.get(config.data.dataset, {}))
   shapes.update({key: value for key, value in (("num_entities", FLAGS.num_entities),
                                                ("num_relations", FLAGS.num_relations)) if value})
-  if config.objective == "blp" and "num_relations" not in shapes:
-    raise app.UsageError(f"config.data.dataset={config.data.dataset!r} has no known shapes: pass --num_relations "
-                         "(and --num_entities for the search).")
-  if config.objective != "blp" and "num_entities" not in shapes:
-    raise app.UsageError(f"config.data.dataset={config.data.dataset!r} has no known shapes: pass --num_entities.")
+  missing = [key for key in NEEDED_SHAPES.get(config.objective, ()) if key not in shapes]
+  if missing:
+    raise app.UsageError(f"config.data.dataset={config.data.dataset!r} has no known shapes: pass "
+                         f"{' and '.join(f'--{key}' for key in missing)}.")
   output = outputs.check_writable(FLAGS.output, "--output") if FLAGS.output else None
   result = report(config, FLAGS.topology, FLAGS.num_slices, shapes, search_batch=FLAGS.search_batch,
                   batch_compiles=FLAGS.batch_compiles)

@@ -16,6 +16,7 @@ import weakref
 from absl import logging
 import flax.linen as nn
 import jax
+from jax.experimental import mesh_utils
 from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 import ml_collections
@@ -115,8 +116,15 @@ def create_mesh(config: ml_collections.ConfigDict, devices: Sequence[jax.Device]
   if math.prod(shape) < num_devices:
     logging.warning("mesh.shape %s uses %d of %d devices.", tuple(shape), math.prod(shape), num_devices)
   # Auto axes: XLA propagates shardings from the declared inputs and outputs of each jit.
-  return jax.make_mesh(tuple(shape), (DATA_AXIS, MODEL_AXIS), axis_types=(AxisType.Auto, AxisType.Auto),
-                       devices=devices[:math.prod(shape)])
+  axis_types = (AxisType.Auto, AxisType.Auto)
+  devices = devices[:math.prod(shape)]
+  num_slices = len({getattr(device, "slice_index", 0) for device in devices})
+  if num_slices > 1:  # Several TPU slices: the data axis spans them over the data-center network.
+    if shape[0] % num_slices:
+      raise ValueError(f"mesh.shape {tuple(shape)}: the data axis must split over the {num_slices} slices.")
+    grid = mesh_utils.create_hybrid_device_mesh((shape[0] // num_slices, shape[1]), (num_slices, 1), devices)
+    return Mesh(grid, (DATA_AXIS, MODEL_AXIS), axis_types=axis_types)
+  return jax.make_mesh(tuple(shape), (DATA_AXIS, MODEL_AXIS), axis_types=axis_types, devices=devices)
 
 
 def rules_from_config(config: ml_collections.ConfigDict) -> tuple[tuple[str, Any], ...]:

@@ -10,6 +10,7 @@ import sys
 import jax
 import pytest
 
+from configs import supcon as supcon_config
 from docent_jax import compile_for_tpu
 from docent_jax import train
 import kg_fixtures
@@ -119,3 +120,14 @@ def test_a_batch_that_does_not_fit_exits_1_with_one_line_naming_the_need_and_the
   step = json.loads((tmp_path / "r.json").read_text())["functions"]["train_step"]
   assert not step["fits"] and step["hbm_bytes_per_device"] > 16 << 30
   assert "search_top_k" in json.loads((tmp_path / "r.json").read_text())["functions"]
+
+
+def test_supcons_step_compiles_from_shapes_alone_with_replicated_params_never_gathered():
+  config = tiny_training.shrink(supcon_config.get_config("unread"), pathlib.Path("unread"), max_len=16,
+                                global_batch_size=4)
+  config.mesh.shape = (-1, 1)
+  result = compile_for_tpu.report(config, "v4:2x2x1", 1, {})
+  step = result["functions"]["train_step"]
+  assert step["fits"] and step["flops"] > 0 and "search_top_k" not in result["functions"]
+  # Anchors and partners (8 rows) over 4 chips: only the batch's offer vectors are gathered, for the loss.
+  assert {shape[-1] for shape in _gathered(step)} <= {config.model.bert.hidden_size}, step["collectives"]

@@ -77,6 +77,25 @@ class SupconObjective(base.Objective):
     self.labels = offer_labels_of(self.corpus, config.loss.labels, fraction=config.loss.correspondence_fraction,
                                   seed=config.seed)
 
+  @classmethod
+  def from_shapes(cls, config: ml_collections.ConfigDict, mesh: Mesh, shapes: dict[str, int]) -> "SupconObjective":
+    """The objective without its data (the tokenizer is the config's; no count of the data sizes the params):
+    params, loss and batch shapes, for compiling its step ahead of time."""
+    del shapes
+    objective = cls.__new__(cls)
+    base.Objective.__init__(objective, config, mesh)
+    objective.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
+                                                    extra_special_tokens=pair_matching_model.OFFER_TOKENS)
+    objective.bert_config = pretrained.model_bert_config(config.model, len(objective.tokenizer))
+    objective.encoder = bert.BertModel(objective.bert_config, dtype=jnp.dtype(config.model.dtype), add_pooler=False)
+    return objective
+
+  def batch_shapes(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """One global training batch's arrays: each anchor's and its partner's token ids and labels."""
+    rows = self.rows_per_example * global_batch_size
+    return {"tokens": jax.ShapeDtypeStruct((rows, self.config.data.max_len), jnp.int32),
+            "label": jax.ShapeDtypeStruct((rows,), jnp.int32)}
+
   def data_fingerprint(self) -> dict[str, int | str]:
     return self.corpus.fingerprint()
 
