@@ -226,26 +226,31 @@ def compile_search(mesh: Any, num_entities: int, dim: int, k: int = 10) -> Any:
 def largest_fitting_batch(needs: Callable[[int], int], start: int, multiple: int, capacity: int,
                           limit: int = 8) -> int | None:
   """The largest global batch (a multiple of `multiple`) whose step needs at most `capacity` bytes per device,
-  by `needs(batch)` (one compile each, at most `limit`): from `start`, doubling while it fits; when it does
-  not, a guess in proportion to the bytes (memory grows about linearly with the batch), then bisection. None
-  when no batch it tried fits."""
-  low, high, batch = None, None, start
+  by `needs(batch)` (one compile each, at most `limit`): from `start`, doubling while it fits; when it does not,
+  a guess in proportion to the bytes; once one batch fits and another does not, the batch where the line
+  through their bytes meets the capacity (memory grows about linearly with the batch). None when no batch it
+  tried fits."""
+  low = high = None
+  needed_at: dict[int, int] = {}
+  batch = start
   for _ in range(limit):
-    needed = needs(batch)
-    if needed <= capacity:
+    needed_at[batch] = needs(batch)
+    if needed_at[batch] <= capacity:
       low = batch
     else:
       high = batch
     if high is None:
       batch = low * 2
     elif low is None:
-      guess = int(batch * capacity / needed * 0.95) // multiple * multiple
-      batch = max(multiple, min(guess, (high // 2) // multiple * multiple))
+      guess = int(batch * capacity / needed_at[batch] * 0.95) // multiple * multiple
+      batch = max(multiple, min(guess, high // 2 // multiple * multiple))
       if batch == high:
         return None
     else:
-      batch = (low + high) // 2 // multiple * multiple
-      if batch in (low, high):
+      slope = (needed_at[high] - needed_at[low]) / (high - low)
+      guess = low + (capacity - needed_at[low]) / slope if slope > 0 else (low + high) / 2
+      batch = min(int(guess) // multiple * multiple, high - multiple)
+      if batch <= low:
         break
   return low
 

@@ -24,7 +24,7 @@ def row(path: pathlib.Path) -> str:
   gathered = sum(c["count"] for c in step["collectives"] if c["op"] == "all-gather")
   reduced = sum(c["count"] for c in step["collectives"] if c["op"] in ("all-reduce", "reduce-scatter"))
   fits = "yes" if step["fits"] else f"no (largest: {step.get('largest_fitting_global_batch')})"
-  cells = [f"`{report['config']}`", f"{report['topology']}" + (f" x {report['num_slices']}" if report["num_slices"] > 1
+  cells = [path.stem.rsplit("_v", 1)[0], f"{report['topology']}" + (f" x {report['num_slices']}" if report["num_slices"] > 1
                                                                else ""),
            str(report["hosts"]), "x".join(str(v) for v in report["mesh"].values()),
            str(step["global_batch_size"]), f"{step['hbm_bytes_per_device'] / GIB:.2f} / "
@@ -38,7 +38,7 @@ def row(path: pathlib.Path) -> str:
 
 
 def main(paths: list[str]) -> None:
-  print("| config | topology | hosts | mesh (data x model) | batch | train step GiB per chip / HBM | fits | "
+  print("| report | topology | hosts | mesh (data x model) | batch | train step GiB per chip / HBM | fits | "
         "GFLOP per chip and step | step >= | steps | steps x bound | all-gathers / all-reduces | "
         "search GiB per chip | report |")
   print("|" + "---|" * 14)
