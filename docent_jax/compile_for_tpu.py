@@ -6,8 +6,8 @@ whether they fit in the chips' memory, how fast they could run at best, and whic
 libtpu (`pip install -e '.[tpu]'`) describes the topology's chips (`jax.experimental.topologies`); XLA compiles the
 real step for them on this CPU, as the TPU VM would, and the compiled program reports its memory per chip, its
 FLOPs and bytes, and its HLO (all-gathers, all-reduces, ...). No dataset is read and no TPU is needed: the counts
-the data would give (entities, relations) come from `DATASET_SHAPES` by `config.data.dataset`, or from
---num_entities / --num_relations.
+the data would give (entities, relations) come from `DATASET_SHAPES` by `config.data.dataset`, the config's own
+`shapes` block, or --num_entities / --num_relations, each over the one before.
 
 The report (JSON) holds per compiled function: `hbm_bytes_per_device` (arguments + outputs + temporaries -
 aliased), `hbm_capacity_bytes`, `fits`, `flops` and `bytes_accessed` per device and step,
@@ -74,10 +74,10 @@ DATASET_SHAPES: dict[str, dict[str, int]] = {
     "imdb_movielens": {"num_entities": 812},
 }
 # Objectives whose step compiles from shapes alone (`Objective.from_shapes`, `batch_shapes`).
-COMPILABLE = ("blp", "docent_dual", "docent_hybrid", "supcon")
+COMPILABLE = ("blp", "docent_dual", "docent_hybrid", "supcon", "universal")
 # The counts each objective's params or search need from the data.
 NEEDED_SHAPES = {"blp": ("num_relations",), "docent_dual": ("num_entities",), "docent_hybrid": ("num_entities",),
-                 "supcon": ()}
+                 "supcon": (), "universal": ()}
 DEFAULT_TOKENIZER = "minilm-l6"  # A tokenizer shipped as a package: its vocabulary sizes a fresh encoder.
 _COLLECTIVE = re.compile(r"=\s*(.+?)\s+(all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)"
                          r"(?:-start)?\(")
@@ -185,6 +185,18 @@ def with_local_encoder(config: ml_collections.ConfigDict) -> ml_collections.Conf
   logging.warning("model.pretrained=%r is not on this machine: compiling a fresh encoder of model.bert's shape "
                   "(%s) with the %s tokenizer.", config.model.pretrained, bert, DEFAULT_TOKENIZER)
   return local
+
+
+def config_shapes(config: ml_collections.ConfigDict) -> dict[str, int]:
+  """The counts the data would give the config's shapes: its benchmark's (`DATASET_SHAPES`), over which the config's
+  own `shapes` block (e.g. `shapes=dict(num_entities=...)` for a dataset of its own) wins; no data is read."""
+  shapes = dict(DATASET_SHAPES.get(config.data.get("dataset", ""), {}))
+  own = config.get("shapes") or {}
+  unknown = sorted(set(own) - {"num_entities", "num_relations"})
+  if unknown:
+    raise app.UsageError(f"config.shapes.{unknown[0]}: not a shape; valid: num_entities, num_relations.")
+  shapes.update({key: int(value) for key, value in own.items() if value})
+  return shapes
 
 
 def build_objective(config: ml_collections.ConfigDict, devices: list[Any],
@@ -320,12 +332,13 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   config = FLAGS.config
-  shapes = dict(DATASET_SHAPES.get(config.data.dataset, {}))
+  shapes = config_shapes(config)
   shapes.update({key: value for key, value in (("num_entities", FLAGS.num_entities),
                                                ("num_relations", FLAGS.num_relations)) if value})
   missing = [key for key in NEEDED_SHAPES.get(config.objective, ()) if key not in shapes]
   if missing:
-    raise app.UsageError(f"config.data.dataset={config.data.dataset!r} has no known shapes: pass "
+    raise app.UsageError(f"config.data.dataset={config.data.get('dataset', '')!r} has no known shapes: set "
+                         "config.shapes or pass "
                          f"{' and '.join(f'--{key}' for key in missing)}.")
   output = outputs.check_writable(FLAGS.output, "--output") if FLAGS.output else None
   result = report(config, FLAGS.topology, FLAGS.num_slices, shapes, search_batch=FLAGS.search_batch,
@@ -353,8 +366,8 @@ if __name__ == "__main__":
   flags.DEFINE_string("topology", None, "The TPU topology, <generation>:<shape>: v4:2x2x1 (v4-8), v5e:2x4 "
                       "(v5e-8), v5p:2x2x1 (v5p-8), v4:2x2x2 (v4-16, 2 hosts), v5e:4x4 (v5e-16, 4 hosts), ...")
   flags.DEFINE_integer("num_slices", 1, "Slices of the topology (multislice over the data-center network).")
-  flags.DEFINE_integer("num_entities", 0, "Entities, where config.data.dataset has no known shapes.")
-  flags.DEFINE_integer("num_relations", 0, "Relations (BLP), where config.data.dataset has no known shapes.")
+  flags.DEFINE_integer("num_entities", 0, "Entities, over the benchmark's and the config's `shapes` block.")
+  flags.DEFINE_integer("num_relations", 0, "Relations (BLP), over the benchmark's and the config's `shapes` block.")
   flags.DEFINE_bool("search_batch", False, "Also find the largest batch that fits when the config's fits.")
   flags.DEFINE_integer("batch_compiles", 8, "Compiles at most spent finding the largest batch that fits.")
   flags.DEFINE_string("output", "", "Where the report (JSON) goes; empty: the log only.")

@@ -16,6 +16,7 @@ from docent_jax import train
 import kg_fixtures
 import review_fixtures
 import tiny_training
+import universal_fixtures
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 NUM_ENTITIES = 96  # Rows of the tiny entity table: 12 on each of 8 chips.
@@ -38,12 +39,15 @@ def _gathered(function: dict) -> list[tuple[int, ...]]:
   return shapes
 
 
+@pytest.mark.parametrize("topology, mesh_shape", [("v5e:2x4", (4, 2)), ("v4:2x2x1", (2, 2))])
 @pytest.mark.parametrize("negatives", ["full", "in_batch"])
-def test_docents_entity_table_and_every_sharded_param_stay_sharded_on_a_v5e_8(negatives):
+def test_docents_entity_table_and_every_sharded_param_stay_sharded_on_a_v5e_8_and_a_v4_8(negatives, topology,
+                                                                                         mesh_shape):
   config = review_fixtures.tiny_config(pathlib.Path("unread"), pathlib.Path("unread"), negatives=negatives)
-  config.mesh.shape = (4, 2)  # Data over 4 chips, BERT's FFN and heads over 2, the entity table over all 8.
+  # Data and model axes: BERT's FFN and heads over the model axis, the entity table over every chip.
+  config.mesh.shape = mesh_shape
   config.train.global_batch_size = 8
-  chip, devices = compile_for_tpu.topology_devices("v5e:2x4")
+  chip, devices = compile_for_tpu.topology_devices(topology)
   objective = compile_for_tpu.build_objective(config, devices, {"num_entities": NUM_ENTITIES})
   trainer = train.Trainer(config, "unused", objective=objective)
   sharded = _sharded_params(trainer)
@@ -131,3 +135,31 @@ def test_supcons_step_compiles_from_shapes_alone_with_replicated_params_never_ga
   assert step["fits"] and step["flops"] > 0 and "search_top_k" not in result["functions"]
   # Anchors and partners (8 rows) over 4 chips: only the batch's offer vectors are gathered, for the loss.
   assert {shape[-1] for shape in _gathered(step)} <= {config.model.bert.hidden_size}, step["collectives"]
+
+
+def test_universals_step_compiles_from_shapes_alone_with_berts_sharded_params_never_gathered():
+  unread = pathlib.Path("unread")
+  config = universal_fixtures.tiny_config(unread, unread, unread, unread)
+  config.mesh.shape = (4, 2)
+  config.train.global_batch_size = 8
+  chip, devices = compile_for_tpu.topology_devices("v5e:2x4")
+  objective = compile_for_tpu.build_objective(config, devices, {})
+  trainer = train.Trainer(config, "unused", objective=objective)
+  sharded = _sharded_params(trainer)
+  assert any("intermediate" in path for path in sharded)  # BERT's FFN, over the model axis.
+  step = compile_for_tpu.analyse(compile_for_tpu.compile_train_step(config, objective, 8), chip)
+  gathered = {math.prod(shape) for shape in _gathered(step)}
+  for path, shape in sharded.items():
+    assert math.prod(shape) not in gathered, (path, step["collectives"])
+  assert step["fits"] and step["flops"] > 0
+
+
+def test_shapes_come_from_the_benchmark_then_the_configs_shapes_block():
+  config = kg_fixtures.tiny_config(pathlib.Path("unread"), pathlib.Path("unread"))
+  config.data.dataset = "wn18rr"
+  assert compile_for_tpu.config_shapes(config) == {"num_entities": 40943, "num_relations": 11}
+  config.shapes = {"num_entities": 5_000_000}  # A graph of its own, with WN18RR's relations.
+  assert compile_for_tpu.config_shapes(config) == {"num_entities": 5_000_000, "num_relations": 11}
+  config.shapes = {"num_nodes": 3}
+  with pytest.raises(Exception, match="config.shapes.num_nodes: not a shape"):
+    compile_for_tpu.config_shapes(config)

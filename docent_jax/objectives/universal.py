@@ -28,6 +28,8 @@ import optax
 from docent_jax.data import tfds_loading
 from docent_jax.data import tokenization
 from docent_jax.data.universal import corpus as universal_corpus
+from docent_jax.data.universal import nli
+from docent_jax.data.universal import phrases
 from docent_jax.data.universal import sampling
 from docent_jax.inference import text_encoder
 from docent_jax.models import bert
@@ -36,6 +38,8 @@ from docent_jax.models import task_heads
 from docent_jax.objectives import base
 
 TASKS = ("nli", "phrase")
+# Each task's classes: its head's width.
+TASK_CLASSES = {"nli": len(nli.LABELS), "phrase": len(phrases.RELATIONS)}
 # Beside the TFDS datasets: the analogy candidates, made once per question set and reference model.
 CANDIDATES_DIR = "analogy_candidates"
 
@@ -63,12 +67,44 @@ class UniversalObjective(base.Objective):
           seed=config.seed)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
     self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, len(self.tokenizer))
-    self.encoder = bert.BertModel(self.bert_config, dtype=jnp.dtype(config.model.dtype), add_pooler=False)
-    self.heads = task_heads.TaskHeads(tuple((name, len(task.label_names)) for name, task in self.tasks.items()),
-                                      self.bert_config.initializer_range)
+    self._build({name: len(task.label_names) for name, task in self.tasks.items()}, self.tokenizer.pad_token_id)
     self.pair_tokens = {name: {split: self.tokenize_pairs(task.first[split], task.second[split])
                                for split in universal_corpus.TASK_SPLITS}
                         for name, task in self.tasks.items()}
+
+  def _build(self, task_classes: dict[str, int], pad_token_id: int) -> None:
+    """The encoder and one head per task (name -> its classes, in the batches' order of tasks)."""
+    self.task_classes, self.pad_token_id = task_classes, pad_token_id
+    self.encoder = bert.BertModel(self.bert_config, dtype=jnp.dtype(self.config.model.dtype), add_pooler=False)
+    self.heads = task_heads.TaskHeads(tuple(task_classes.items()), self.bert_config.initializer_range)
+
+  @classmethod
+  def from_shapes(cls, config: ml_collections.ConfigDict, mesh: Mesh, shapes: dict[str, int]) -> "UniversalObjective":
+    """The objective without its data: params, loss and batch shapes, for compiling its step ahead of time. The
+    tasks' classes are their label sets' (`TASK_CLASSES`); `shapes` is not needed."""
+    del shapes
+    objective = cls.__new__(cls)
+    base.Objective.__init__(objective, config, mesh)
+    ratio = {task: share for task, share in config.data.task_ratio.items()}
+    unknown = sorted(set(ratio) - set(TASKS))
+    if unknown:
+      raise ValueError(f"config.data.task_ratio: unknown tasks {unknown}; valid: {list(TASKS)}.")
+    objective.rows_per_task = sampling.rows_per_task(ratio, config.train.global_batch_size)
+    tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
+    objective.bert_config = pretrained.model_bert_config(config.model, len(tokenizer))
+    objective._build({task: TASK_CLASSES[task] for task in TASKS if task in objective.rows_per_task},
+                     tokenizer.pad_token_id)
+    return objective
+
+  def vector_width(self) -> int:
+    """The width of a text's vector."""
+    return self.bert_config.hidden_size
+
+  def batch_shapes(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """One global training batch's arrays: each pair's two texts' tokens, its task and its label."""
+    rows = (global_batch_size,)
+    return {"tokens": jax.ShapeDtypeStruct((global_batch_size, 2, self.config.data.max_len), jnp.int32),
+            "task": jax.ShapeDtypeStruct(rows, jnp.int32), "label": jax.ShapeDtypeStruct(rows, jnp.int32)}
 
   def tokenize_pairs(self, first: list[str], second: list[str]) -> np.ndarray:
     """int32 [m, 2, max_len] token ids of each pair's two texts, each encoded alone."""
@@ -99,7 +135,7 @@ class UniversalObjective(base.Objective):
   def encode(self, params: Any, tokens: jax.Array, *, deterministic: bool = True,
              rng: jax.Array | None = None) -> jax.Array:
     """Text vectors [N, d] of token ids [N, L]."""
-    return bert.mean_pooled(self.encoder, params["bert"], tokens, pad_token_id=self.tokenizer.pad_token_id,
+    return bert.mean_pooled(self.encoder, params["bert"], tokens, pad_token_id=self.pad_token_id,
                             deterministic=deterministic, rng=rng)
 
   def task_logits(self, params: Any, tokens: jax.Array, *, deterministic: bool = True,
@@ -114,7 +150,7 @@ class UniversalObjective(base.Objective):
     logits = self.task_logits(params, batch["tokens"], deterministic=False, rng=rng)
     total = jnp.zeros((), jnp.float32)
     metrics = {}
-    for number, name in enumerate(self.tasks):
+    for number, name in enumerate(self.task_classes):
       rows = batch["task"] == number
       labels = jnp.where(rows, batch["label"], 0)  # Other tasks' labels may exceed this head's classes.
       cross_entropy = jnp.where(rows, optax.softmax_cross_entropy_with_integer_labels(logits[name], labels), 0.0)
