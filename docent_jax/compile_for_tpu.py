@@ -9,6 +9,8 @@ FLOPs and bytes, and its HLO (all-gathers, all-reduces, ...). No dataset is read
 the data would give (entities, relations) come from `DATASET_SHAPES` by `config.data.dataset`, the config's own
 `shapes` block, or --num_entities / --num_relations, each over the one before.
 
+Compiled: the training step (`train_step`), one evaluation batch of texts encoded (`encode`, at
+`eval.batch_size`) and, where the model has an entity set, the exact top-k search over it (`search_top_k`).
 The report (JSON) holds per compiled function: `hbm_bytes_per_device` (arguments + outputs + temporaries -
 aliased), `hbm_capacity_bytes`, `fits`, `flops` and `bytes_accessed` per device and step,
 `step_seconds_lower_bound` (the larger of FLOPs at the chip's peak bf16 rate and bytes at its HBM bandwidth: no
@@ -42,7 +44,11 @@ from docent_jax import outputs
 from docent_jax import parallel
 from docent_jax import train
 from docent_jax.inference import search
+from docent_jax.models import blp_model
+from docent_jax.models import dual_encoder
 from docent_jax.models import pretrained
+from docent_jax.objectives import blp
+from docent_jax.objectives import docent_dual
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,6 +230,26 @@ def compile_train_step(config: ml_collections.ConfigDict, objective: objectives.
   return step.lower(state, batch).compile()
 
 
+def text_encoder(objective: objectives.base.Objective) -> Callable[[Any, jax.Array], jax.Array]:
+  """`encode(params, tokens) -> vectors`: what evaluation and inference map over batches of texts (entity
+  descriptions for BLP, queries for DOCENT, offers and sentences for SupCon and universal)."""
+  if isinstance(objective, blp.BlpObjective):
+    return lambda params, tokens: objective.module.apply({"params": params}, tokens, method=blp_model.BlpModel.encode)
+  if isinstance(objective, docent_dual.DocentDualObjective):  # HYBRID's too.
+    return lambda params, tokens: objective.module.apply({"params": params}, tokens,
+                                                         method=dual_encoder.DualEncoder.encode_sentences)
+  return objective.encode
+
+
+def compile_encode(objective: objectives.base.Objective, params: Any, batch_size: int) -> Any:
+  """One evaluation batch of texts encoded, as `parallel.map_batches` runs it: params as training keeps them,
+  texts split over the data axis, vectors replicated."""
+  mesh = objective.mesh
+  tokens = jax.ShapeDtypeStruct((batch_size, objective.config.data.max_len), jnp.int32,
+                                sharding=parallel.batch_sharding(mesh))
+  return jax.jit(text_encoder(objective), out_shardings=parallel.replicated(mesh)).lower(params, tokens).compile()
+
+
 def compile_search(mesh: Any, num_entities: int, dim: int, k: int = 10) -> Any:
   """Exact top-k search (`inference.search.ExactSearch`) of a query batch over `num_entities` vectors split by
   rows over every device."""
@@ -294,6 +320,14 @@ def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, sh
         needs, config.train.global_batch_size, multiple, chip.hbm_bytes, limit=batch_compiles)
     train_step["batches_tried"] = {str(batch): needed for batch, needed in sorted(measured.items())}
   functions = {"train_step": train_step}
+  eval_batch = config.eval.batch_size
+  if eval_batch % mesh.shape[parallel.DATA_AXIS]:
+    raise app.UsageError(f"config.eval.batch_size={eval_batch}: must divide over the {mesh.shape[parallel.DATA_AXIS]}"
+                         " data shards of the mesh.")
+  params = train.Trainer(config, "unused", objective=objective).abstract_state().params
+  started = time.time()
+  functions["encode"] = {**compiled_report(lambda: compile_encode(objective, params, eval_batch), chip),
+                         "compile_seconds": round(time.time() - started, 1), "batch_size": eval_batch}
   if "num_entities" in shapes and hasattr(objective, "vector_width"):  # A model with an entity set to search.
     dim = objective.vector_width()
     started = time.time()

@@ -87,6 +87,11 @@ def test_blps_step_on_a_v4_8_is_data_parallel_and_the_report_holds_every_figure(
   widths = {shape[-1] for shape in _gathered(step)}
   assert widths <= {config.model.dim}, step["collectives"]
   assert result["functions"]["search_top_k"]["fits"]
+  # An evaluation batch of descriptions encoded: split over the chips, and only the vectors gathered at the end.
+  encode = result["functions"]["encode"]
+  assert encode["fits"] and encode["flops"] > 0 and encode["batch_size"] == config.eval.batch_size
+  assert [c["op"] for c in encode["collectives"]] == ["all-gather"], encode["collectives"]
+  assert [math.prod(shape) for shape in _gathered(encode)] == [config.eval.batch_size * config.model.dim]
 
 
 def test_the_largest_fitting_batch_is_found_by_doubling_a_proportional_guess_and_bisection():
