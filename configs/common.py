@@ -18,9 +18,9 @@ def training(global_batch_size: int, num_steps: int, log_every_steps: int,
 
 
 def mesh() -> ml_collections.ConfigDict:
-  """(data, model) axes; -1 takes the remaining devices. rules override parallel.DEFAULT_RULES:
-  ((logical axis, mesh axes), ...)."""
-  return ml_collections.ConfigDict(dict(shape=(-1, 1), rules=()))
+  """(data, model) axes; -1 takes the remaining devices. fsdp: params and their optimizer state split over the data
+  axis too (parallel.FSDP_RULES). rules override parallel.DEFAULT_RULES: ((logical axis, mesh axes), ...)."""
+  return ml_collections.ConfigDict(dict(shape=(-1, 1), fsdp=False, rules=()))
 
 
 def data(dataset: str, max_len: int) -> ml_collections.ConfigDict:

@@ -127,9 +127,18 @@ def create_mesh(config: ml_collections.ConfigDict, devices: Sequence[jax.Device]
   return jax.make_mesh(tuple(shape), (DATA_AXIS, MODEL_AXIS), axis_types=axis_types, devices=devices)
 
 
+# `mesh.fsdp`: every param's `embed` dimension (BERT's kernels and embeddings, projections) also split over the data
+# axis, as MaxText's fsdp: params, gradients and Adam's moments are held once over the data shards instead of on
+# every one of them, at the price of gathering each layer's params in the step.
+FSDP_RULES: tuple[tuple[str, Any], ...] = (("embed", DATA_AXIS),)
+
+
 def rules_from_config(config: ml_collections.ConfigDict) -> tuple[tuple[str, Any], ...]:
-  """Default rules, with any overrides from `config.rules` (a sequence of (name, mesh axes))."""
+  """Default rules (with `FSDP_RULES` under `config.fsdp`), then any overrides from `config.rules` (a sequence of
+  (name, mesh axes))."""
+  fsdp = dict(FSDP_RULES) if config.get("fsdp", False) else {}
   overrides = {name: (tuple(axes) if isinstance(axes, list) else axes) for name, axes in config.get("rules", ())}
+  overrides = {**fsdp, **overrides}
   return tuple((name, overrides.pop(name, axes)) for name, axes in DEFAULT_RULES) + tuple(overrides.items())
 
 
@@ -144,12 +153,16 @@ def param_shardings(abstract_variables: Any, mesh: Mesh, rules: Sequence[tuple[s
   mesh_specs = nn.logical_to_mesh(specs, rules)
 
   def fit(spec: PartitionSpec, shape: jax.ShapeDtypeStruct) -> NamedSharding:
-    fitted = []
+    fitted, used = [], set()
     for dim, axes in zip(shape.shape, tuple(spec) + (None,) * (len(shape.shape) - len(spec))):
-      size = math.prod(mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes or ()))
-      if dim % size:
+      names = (axes,) if isinstance(axes, str) else tuple(axes or ())
+      size = math.prod(mesh.shape[a] for a in names)
+      if used & set(names):  # E.g. an entity table's rows already split over every axis, under fsdp.
+        axes, names = None, ()
+      elif dim % size:
         logging.info("Replicating a dimension of size %d: it does not divide over %s (%d).", dim, axes, size)
-        axes = None
+        axes, names = None, ()
+      used.update(names)
       fitted.append(axes)
     return NamedSharding(mesh, PartitionSpec(*fitted))
 

@@ -168,3 +168,20 @@ def test_shapes_come_from_the_benchmark_then_the_configs_shapes_block():
   config.shapes = {"num_nodes": 3}
   with pytest.raises(Exception, match="config.shapes.num_nodes: not a shape"):
     compile_for_tpu.config_shapes(config)
+
+
+def test_fsdp_splits_params_and_adams_moments_over_the_data_axis_on_a_v4_8():
+  config = kg_fixtures.tiny_config(pathlib.Path("unread"), pathlib.Path("unread"))
+  config.mesh.shape = (-1, 1)
+  chip, devices = compile_for_tpu.topology_devices("v4:2x2x1")
+  steps = {}
+  for fsdp in (False, True):
+    config.mesh.fsdp = fsdp
+    objective = compile_for_tpu.build_objective(config, devices, {"num_relations": 3})
+    state = train.Trainer(config, "unused", objective=objective).abstract_state()
+    kernel = state.params["encoder"]["bert"]["layer_0"]["intermediate"]["kernel"]
+    assert kernel.sharding.spec[0] == ("data" if fsdp else None)  # [embed, mlp]: embed over the 4 data shards.
+    steps[fsdp] = compile_for_tpu.analyse(compile_for_tpu.compile_train_step(config, objective, 8), chip)
+  # Params, gradients and moments held once over the 4 chips instead of on each (the batch and step counts stay).
+  assert steps[True]["argument_bytes"] < steps[False]["argument_bytes"] / 2
+  assert steps[True]["fits"] and "all-gather" in {c["op"] for c in steps[True]["collectives"]}
