@@ -148,6 +148,8 @@ def paper_setting(config: ml_collections.ConfigDict, dataset: str) -> ml_collect
   config.data.update(max_len=128, augmentation="all", source_aware=True)
   config.model.pretrained = "roberta-base"
   config.model.tokenizer = config.model.get_ref("pretrained")
+  # RoBERTa-base's shape: what compiling this setting ahead of time builds where its weights are not at hand.
+  config.model.bert.update(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
   config.loss.temperature = 0.07
   config.optim.update(learning_rate=5e-5, warmup_steps=pretraining_steps // 20, weight_decay=0.01)
   config.train.update(global_batch_size=512, num_steps=pretraining_steps, checkpoint_every_steps=100)

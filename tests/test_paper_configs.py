@@ -56,6 +56,7 @@ def test_supcon_paper_setting_has_the_papers_values():
   assert config.loss.temperature == 0.07 and config.optim.learning_rate == 5e-5
   assert config.optim.warmup_steps == config.train.num_steps // 20 and config.optim.weight_decay == 0.01
   assert config.data.max_len == 128 and config.data.augmentation == "all" and config.data.source_aware
+  assert config.model.bert.hidden_size == 768 and config.model.bert.num_hidden_layers == 12  # RoBERTa-base's shape.
   # Fine-tuning: 50 epochs of the 5,743 training pairs, 64 a batch, the lowest validation loss reported.
   fine_tuning = config.finetune.trained
   epoch = -(-5_743 // 64)
