@@ -321,9 +321,6 @@ def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, sh
     train_step["batches_tried"] = {str(batch): needed for batch, needed in sorted(measured.items())}
   functions = {"train_step": train_step}
   eval_batch = config.eval.batch_size
-  if eval_batch % mesh.shape[parallel.DATA_AXIS]:
-    raise app.UsageError(f"config.eval.batch_size={eval_batch}: must divide over the {mesh.shape[parallel.DATA_AXIS]}"
-                         " data shards of the mesh.")
   params = train.Trainer(config, "unused", objective=objective).abstract_state().params
   started = time.time()
   functions["encode"] = {**compiled_report(lambda: compile_encode(objective, params, eval_batch), chip),
