@@ -45,6 +45,10 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   # On imdb_movielens the sentence mean raised DUAL's search MRR (see README).
   config.model.entity_init = "sentence_mean"
   config.model.entity_init_sentences = 16
+  # The entity table's rows, padded to a multiple of this (rows that are never an entity), split evenly over any
+  # mesh of up to 128 devices, or of a divisor of it: jit splits only equal shards, and a table it cannot split is
+  # replicated and gathered on every step (docs/cloud_tpu.md). Raise it for a larger mesh.
+  config.model.entity_rows_multiple = 128
 
   config.loss = ml_collections.ConfigDict()
   # full: softmax over the whole sharded table (every row gets a gradient each step; the default, as it

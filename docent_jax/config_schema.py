@@ -65,6 +65,7 @@ RANGES: tuple[Rule, ...] = tuple((pattern, *check) for pattern, check in (
     ("model.short_half_width", at_least(0)),  # 0: off.
     ("model.scale", positive),
     ("model.entity_init_sentences", at_least(1)),
+    ("model.entity_rows_multiple", at_least(1)),
     ("model.bert.*_size", at_least(1)),
     ("model.bert.num_*", at_least(1)),
     ("eval.*batch_size", at_least(1)),

@@ -96,23 +96,23 @@ def _mesh_axes(mesh: Mesh | None, axes: str | Sequence[str] | None) -> tuple[str
 
 
 def sharded_logsumexp(queries: jax.Array, table: jax.Array, labels: jax.Array, scale: float = 1.0, *,
-                      mesh: Mesh | None = None, axes: str | Sequence[str] | None = ENTITY_AXES
-                      ) -> tuple[jax.Array, jax.Array, jax.Array]:
+                      mesh: Mesh | None = None, axes: str | Sequence[str] | None = ENTITY_AXES,
+                      num_rows: int | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Per query: log-sum-exp of scale * q @ table^T over all rows, the logit of row `labels`, the max.
 
   queries [B, d] (every device sees all of them), table [N, d] split by rows over the mesh `axes`,
   labels [B]. Each device scores the queries against its own rows only, so the largest logits block
   on a device is [B, N / shards]; maxima and sums of exponentials are combined with pmax / psum and
   the positive logit comes from the shard holding its row. Without a mesh this is one block. A
-  table whose rows do not divide over the shards is padded with rows that never count. The positive
-  logit of a label outside [0, N) is NaN. Returns three [B] arrays.
+  table whose rows do not divide over the shards is padded with rows that never count; so are the rows from
+  `num_rows` on (default: N), an `EntityTable`'s own padding. The positive logit of a label outside
+  [0, num_rows) is NaN. Returns three [B] arrays.
   """
-  num_rows = table.shape[0]
+  num_rows = table.shape[0] if num_rows is None else num_rows
   axes = _mesh_axes(mesh, axes)
   num_shards = math.prod(mesh.shape[a] for a in axes) if axes else 1
-  padding = -num_rows % num_shards
-  if padding:
-    table = jnp.pad(table, ((0, padding), (0, 0)))
+  table = jnp.pad(table, ((0, -table.shape[0] % num_shards), (0, 0)))
+  padding = table.shape[0] > num_rows
   block = table.shape[0] // num_shards
 
   def local(q, rows, labels):
@@ -142,16 +142,17 @@ def sharded_logsumexp(queries: jax.Array, table: jax.Array, labels: jax.Array, s
 
 
 def full_softmax_loss(queries: jax.Array, table: jax.Array, entity_ids: jax.Array, scale: float = 1.0, *,
-                      mesh: Mesh | None = None, axes: str | Sequence[str] | None = ENTITY_AXES
-                      ) -> tuple[jax.Array, dict[str, jax.Array]]:
+                      mesh: Mesh | None = None, axes: str | Sequence[str] | None = ENTITY_AXES,
+                      num_rows: int | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
   """-log P(e_i | q_i) with a softmax over every row of the (row-sharded) entity table.
 
-  queries [B, d], table [N, d], entity_ids [B]. The [B, N] logits are never formed on one device;
-  see `sharded_logsumexp` (`axes`: the mesh axes splitting the table's rows).
+  queries [B, d], table [N, d] (rows from `num_rows` on are padding), entity_ids [B]. The [B, N] logits are
+  never formed on one device; see `sharded_logsumexp` (`axes`: the mesh axes splitting the table's rows).
   """
   _check_queries(queries, entity_ids, "full_softmax_loss")
   _check_table(table, queries.shape[1], "full_softmax_loss")
-  log_sum_exp, positive, top = sharded_logsumexp(queries, table, entity_ids, scale, mesh=mesh, axes=axes)
+  log_sum_exp, positive, top = sharded_logsumexp(queries, table, entity_ids, scale, mesh=mesh, axes=axes,
+                                                 num_rows=num_rows)
   metrics = {"accuracy": jnp.mean(positive >= top), "positive_logit": jnp.mean(positive)}
   return jnp.mean(log_sum_exp - positive), metrics
 
@@ -181,14 +182,16 @@ def masked_lm_loss(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> tup
 
 def split_softmax_loss(hidden: jax.Array, word_table: jax.Array, word_bias: jax.Array, entity_table: jax.Array,
                        labels: jax.Array, mask: jax.Array | None = None, *, mesh: Mesh | None = None,
-                       axes: str | Sequence[str] | None = ENTITY_AXES) -> tuple[jax.Array, dict[str, jax.Array]]:
+                       axes: str | Sequence[str] | None = ENTITY_AXES,
+                       num_entities: int | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
   """Cross-entropy over word pieces and entities together, without concatenating the two tables.
 
   hidden [M, d] (the masked positions' outputs), word_table [V, d] with word_bias [V] (replicated,
   as BERT's output layer), entity_table [N, d] (row-sharded over `axes`), labels [M] in [0, V + N):
   a label v < V is a word piece, V + e is entity e. Logits are hidden @ [word_table; entity_table]^T
   (+ word_bias on the words); the entity part is `sharded_logsumexp`. mask [M] (default all true)
-  drops padding positions; a kept label outside [0, V + N) gives NaN.
+  drops padding positions; a kept label outside [0, V + N) gives NaN. Entity rows from `num_entities` on
+  (default: N) are the table's padding: never a label, never in the softmax.
   """
   _check_queries(hidden, labels, "split_softmax_loss")
   _check_table(word_table, hidden.shape[1], "split_softmax_loss (word_table)")
@@ -203,7 +206,7 @@ def split_softmax_loss(hidden: jax.Array, word_table: jax.Array, word_bias: jax.
   # Word labels are sent to entity row 0 so that only labels past both vocabularies become NaN.
   entity_labels = jnp.where(is_word, 0, labels - vocab_size)
   entity_lse, entity_positive, entity_top = sharded_logsumexp(hidden, entity_table, entity_labels, mesh=mesh,
-                                                              axes=axes)
+                                                              axes=axes, num_rows=num_entities)
   log_sum_exp = jnp.logaddexp(jax.nn.logsumexp(word_logits, axis=-1), entity_lse)
   positive = jnp.where(is_word, jnp.where(labels >= 0, word_positive, jnp.nan), entity_positive)
   top = jnp.maximum(jnp.max(word_logits, axis=-1), entity_top)

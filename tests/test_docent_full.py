@@ -146,7 +146,11 @@ def test_sentence_mean_rows_start_at_the_words_of_their_reviews(reviews_dir, rev
   assert config.model.entity_init == "sentence_mean"
   trainer = train.Trainer(config, "unused")
   params = trainer.initial_state().params
-  rows = np.asarray(params["entities"]["embedding"])
+  table = np.asarray(params["entities"]["embedding"])
+  num_entities = trainer.objective.corpus.num_entities
+  # Padded to a multiple of model.entity_rows_multiple with rows that are never an entity.
+  assert len(table) % config.model.entity_rows_multiple == 0 and not table[num_entities:].any()
+  rows = table[:num_entities]
   words = np.asarray(bert.word_embedding_matrix(params["bert"]))
   # The rows were placed by the word table the model starts from (a fixed random BERT here).
   fixed = pretrained.pretrained_or_fixed_bert(None, trainer.objective.bert_config, config.seed)

@@ -59,3 +59,16 @@ def test_sharded_lookup_reads_rows_without_gathering_the_table(variables):
 def test_bad_sizes_are_rejected():
   with pytest.raises(ValueError, match="num_entities >= 1"):
     entity_table.EntityTable(0, DIM).init(jax.random.key(0), jnp.zeros((1,), jnp.int32))
+
+
+def test_rows_are_padded_to_split_evenly_and_padding_ids_are_no_entity():
+  table = entity_table.EntityTable(812, DIM, rows_multiple=128)
+  variables = table.init(jax.random.key(0), jnp.zeros((2,), jnp.int32))
+  assert variables["params"]["embedding"].unbox().shape == (896, DIM)  # 812 -> 7 x 128: 112 rows on each of 8.
+  mesh = parallel.create_mesh(ml_collections.ConfigDict({"shape": (2, 4)}))
+  shardings = parallel.param_shardings(variables, mesh, parallel.DEFAULT_RULES)
+  assert shardings["params"]["embedding"].spec == PartitionSpec(("data", "model"), None)
+  rows = table.apply(variables, jnp.array([811, 812, 895]))
+  assert np.isfinite(rows[0]).all() and np.isnan(rows[1:]).all()
+  padded = entity_table.pad_rows(np.ones((812, DIM), np.float32), 128)
+  assert padded.shape == (896, DIM) and padded[:812].all() and not padded[812:].any()

@@ -100,6 +100,26 @@ def test_full_softmax_equals_dense_softmax_in_value_and_gradients(mesh, num_enti
   assert float(metrics["accuracy"]) == pytest.approx(np.mean(np.argmax(dense_logits, -1) == ids))
 
 
+def test_a_padded_tables_padding_rows_never_count(mesh):
+  # An EntityTable's 50 entities padded to 56 rows, split over the 8 devices: value and gradients as the dense
+  # softmax over the 50, and no gradient for the padding.
+  num_entities = 50
+  queries, table = _normal(12, 12, 16), _normal(13, 56, 16)
+  ids = jnp.asarray(np.random.default_rng(14).integers(0, num_entities, 12)).at[0].set(num_entities - 1)
+  table = jax.device_put(table, NamedSharding(mesh, PartitionSpec(("data", "model"))))
+
+  def loss(q, t):
+    return losses.full_softmax_loss(q, t, ids, 3.0, mesh=mesh, num_rows=num_entities)[0]
+
+  value, (query_grad, table_grad) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(queries, table)
+  expected = jax.value_and_grad(_dense_entity_loss, argnums=(0, 1))(queries, np.asarray(table)[:num_entities], ids,
+                                                                    3.0)
+  _assert_trees_close((value, (query_grad, table_grad[:num_entities])), expected)
+  assert not np.asarray(table_grad[num_entities:]).any()
+  assert np.isnan(jax.jit(lambda: losses.full_softmax_loss(queries, table, ids.at[1].set(num_entities), mesh=mesh,
+                                                            num_rows=num_entities)[0])())
+
+
 def test_full_softmax_logits_per_device_are_one_shard_of_the_table(mesh):
   batch, num_entities, dim = 12, 512, 16
   queries = jax.device_put(_normal(7, batch, dim), NamedSharding(mesh, PartitionSpec("data")))

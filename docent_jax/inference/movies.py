@@ -20,6 +20,7 @@ from docent_jax.inference import protocol
 from docent_jax.models import bert
 from docent_jax.models import docent_full
 from docent_jax.models import dual_encoder
+from docent_jax.models import entity_table
 from docent_jax.models import hybrid_encoder
 from docent_jax.models import pretrained
 from docent_jax.models import tag_scorers
@@ -44,7 +45,9 @@ class MovieModel(protocol.Model):
     raise NotImplementedError
 
   def entities(self) -> tuple[list[str], np.ndarray]:
-    return list(self.record["entity_ids"]), self.computed("entities", lambda: parallel.fetch(self._entity_table()))
+    # The table's rows past the entities are its padding (`EntityTable`).
+    return list(self.record["entity_ids"]), self.computed(
+        "entities", lambda: parallel.fetch(self._entity_table())[:self.num_entities])
 
   def _entity_table(self) -> jax.Array:
     raise NotImplementedError
@@ -58,7 +61,8 @@ class DualMovieModel(MovieModel):
     encoder = hybrid_encoder.HybridEncoder if self.config.objective == "docent_hybrid" else dual_encoder.DualEncoder
     model = self.config.model
     self.module = encoder(self.bert_config, num_entities=self.num_entities, initial_scale=model.scale,
-                          learn_scale=model.learn_scale, dtype=jnp.dtype(model.dtype))
+                          learn_scale=model.learn_scale, dtype=jnp.dtype(model.dtype),
+                          entity_rows_multiple=entity_table.configured_rows_multiple(model))
 
   def _query_vectors(self, params: Any, tokens: jax.Array) -> jax.Array:
     return self.module.apply({"params": params}, tokens, method=dual_encoder.DualEncoder.encode_sentences)
@@ -74,8 +78,9 @@ class FullMovieModel(MovieModel):
 
   def __init__(self, *args: Any, **kwargs: Any):
     super().__init__(*args, **kwargs)
-    self.module = docent_full.DocentFull(self.bert_config, num_entities=self.num_entities,
-                                         dtype=jnp.dtype(self.config.model.dtype))
+    self.module = docent_full.DocentFull(
+        self.bert_config, num_entities=self.num_entities, dtype=jnp.dtype(self.config.model.dtype),
+        entity_rows_multiple=entity_table.configured_rows_multiple(self.config.model))
 
   def _query_vectors(self, params: Any, sentences: jax.Array) -> jax.Array:
     pad = self.tokenizer.pad_token_id

@@ -58,11 +58,13 @@ class DocentFull(nn.Module):
   config: bert.BertConfig
   num_entities: int
   dtype: jnp.dtype = jnp.float32
+  entity_rows_multiple: int = 1  # The table's rows padded to a multiple of this (`EntityTable`).
 
   def setup(self):
     self.bert = bert.BertModel(self.config, dtype=self.dtype, add_pooler=False, name="bert")
     self.entities = entity_table.EntityTable(self.num_entities, self.config.hidden_size,
-                                             stddev=self.config.initializer_range, name="entities")
+                                             stddev=self.config.initializer_range,
+                                             rows_multiple=self.entity_rows_multiple, name="entities")
     self.mlm_head = bert.BertMLMHead(self.config, dtype=self.dtype, name="mlm_head")
 
   def __call__(self, tokens: jax.Array, token_types: jax.Array, attention_mask: jax.Array, entity_ids: jax.Array,

@@ -19,11 +19,12 @@ class DualEncoder(nn.Module):
   initial_scale: float = 20.0
   learn_scale: bool = True
   dtype: jnp.dtype = jnp.float32
+  entity_rows_multiple: int = 1  # The table's rows padded to a multiple of this (`EntityTable`).
 
   def setup(self):
     self.bert = bert.BertModel(self.config, dtype=self.dtype, add_pooler=False, name="bert")
     self.entities = entity_table.EntityTable(self.num_entities, self.config.hidden_size, normalize=True,
-                                             name="entities")
+                                             rows_multiple=self.entity_rows_multiple, name="entities")
     if self.learn_scale:
       self.log_scale = self.param("log_scale", nn.with_logical_partitioning(
           nn.initializers.constant(math.log(self.initial_scale)), ()), ())
@@ -36,6 +37,7 @@ class DualEncoder(nn.Module):
     return entity_table.l2_normalize(output.last_hidden_state[:, 0])
 
   def entity_table(self) -> jax.Array:
+    """The normalised rows [num_rows, d]: the entities', then the padding's."""
     return self.entities.table()
 
   def scale(self) -> jax.Array:

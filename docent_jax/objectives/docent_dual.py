@@ -23,6 +23,7 @@ from docent_jax.data.reviews import pipeline as review_pipeline
 from docent_jax.inference import movies
 from docent_jax.models import bert
 from docent_jax.models import dual_encoder
+from docent_jax.models import entity_table
 from docent_jax.models import pretrained
 from docent_jax.models import tag_scorers
 from docent_jax.objectives import base
@@ -71,7 +72,7 @@ class DocentDualObjective(base.Objective):
     model = self.config.model
     self.module = dual_encoder.DualEncoder(
         self.bert_config, num_entities=num_entities, initial_scale=model.scale, learn_scale=model.learn_scale,
-        dtype=jnp.dtype(model.dtype))
+        dtype=jnp.dtype(model.dtype), entity_rows_multiple=entity_table.configured_rows_multiple(model))
 
   @classmethod
   def from_shapes(cls, config: ml_collections.ConfigDict, mesh: Mesh,
@@ -104,7 +105,8 @@ class DocentDualObjective(base.Objective):
   def pretrained_params(self) -> dict[str, Any]:
     params = {} if self._bert_params is None else {"bert": self._bert_params}
     if self.config.model.entity_init == "sentence_mean":
-      params["entities"] = {"embedding": self.sentence_mean_entities()}
+      params["entities"] = {"embedding": entity_table.pad_rows(self.sentence_mean_entities(),
+                                                               self.module.entity_rows_multiple)}
     return params
 
   def sentence_mean_entities(self) -> np.ndarray:
@@ -137,7 +139,8 @@ class DocentDualObjective(base.Objective):
       loss, metrics = losses.in_batch_softmax_loss(queries, entities, batch["entity"], scale)
     else:
       table = self.module.apply({"params": params}, method=dual_encoder.DualEncoder.entity_table)
-      loss, metrics = losses.full_softmax_loss(queries, table, batch["entity"], scale, mesh=self.mesh)
+      loss, metrics = losses.full_softmax_loss(queries, table, batch["entity"], scale, mesh=self.mesh,
+                                               num_rows=self.module.num_entities)
     return loss, {**metrics, "loss": loss, "scale": scale}
 
   def inference_record(self) -> dict[str, Any]:

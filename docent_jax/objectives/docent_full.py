@@ -26,6 +26,7 @@ from docent_jax.data.reviews import pipeline as review_pipeline
 from docent_jax.inference import movies
 from docent_jax.models import bert
 from docent_jax.models import docent_full
+from docent_jax.models import entity_table
 from docent_jax.models import masking
 from docent_jax.models import pretrained
 from docent_jax.objectives import base
@@ -53,8 +54,9 @@ class DocentFullObjective(base.Objective):
         config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
     self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
-    self.module = docent_full.DocentFull(self.bert_config, num_entities=self.corpus.num_entities,
-                                         dtype=jnp.dtype(config.model.dtype))
+    self.module = docent_full.DocentFull(
+        self.bert_config, num_entities=self.corpus.num_entities, dtype=jnp.dtype(config.model.dtype),
+        entity_rows_multiple=entity_table.configured_rows_multiple(config.model))
     tokenizer = self.tokenizer
     self.special_ids = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
                         "mask": tokenizer.mask_token_id, "pad": tokenizer.pad_token_id}
@@ -80,8 +82,8 @@ class DocentFullObjective(base.Objective):
     if self.config.model.entity_init == "sentence_mean":
       # Without a pretrained BERT the model starts from the fixed random one whose words place the rows.
       params.setdefault("bert", pretrained.pretrained_or_fixed_bert(None, self.bert_config, self.config.seed))
-      params["entities"] = {"embedding": self.sentence_mean_entities(
-          np.asarray(bert.word_embedding_matrix(params["bert"])))}
+      rows = self.sentence_mean_entities(np.asarray(bert.word_embedding_matrix(params["bert"])))
+      params["entities"] = {"embedding": entity_table.pad_rows(rows, self.module.entity_rows_multiple)}
     return params
 
   def sentence_mean_entities(self, word_table: np.ndarray) -> np.ndarray:
@@ -157,11 +159,12 @@ class DocentFullObjective(base.Objective):
     outputs = self.module.apply(
         {"params": params}, inputs["tokens"], inputs["token_types"], inputs["attention_mask"], batch["entity"],
         inputs["entity_visible"], positions, deterministic=False, rngs={"dropout": dropout_rng})
-    word_table, word_bias, entity_table = self.module.apply(
+    word_table, word_bias, entity_rows = self.module.apply(
         {"params": params}, method=docent_full.DocentFull.output_tables)
     vocab_size, dim = word_table.shape
     split_softmax = lambda hidden, labels, mask: losses.split_softmax_loss(
-        hidden, word_table, word_bias, entity_table, labels, mask, mesh=self.mesh)
+        hidden, word_table, word_bias, entity_rows, labels, mask, mesh=self.mesh,
+        num_entities=self.module.num_entities)
     entity_loss, entity_metrics = split_softmax(outputs[:, 0], vocab_size + batch["entity"],
                                                 ~inputs["entity_visible"])
     mlm_loss, mlm_metrics = split_softmax(outputs[:, 1:].reshape(-1, dim), inputs["word_labels"].reshape(-1),

@@ -18,6 +18,7 @@ import ml_collections
 import numpy as np
 
 from docent_jax import losses
+from docent_jax.models import entity_table
 from docent_jax.models import hybrid_encoder
 from docent_jax.models import masking
 from docent_jax.objectives import docent_dual
@@ -35,7 +36,7 @@ class DocentHybridObjective(docent_dual.DocentDualObjective):
     model = self.config.model
     self.module = hybrid_encoder.HybridEncoder(
         self.bert_config, num_entities=num_entities, initial_scale=model.scale, learn_scale=model.learn_scale,
-        dtype=jnp.dtype(model.dtype))
+        dtype=jnp.dtype(model.dtype), entity_rows_multiple=entity_table.configured_rows_multiple(model))
     self._special_ids = np.array(sorted(self.tokenizer.all_special_ids), np.int32)
 
   def init_variables(self, rng: jax.Array) -> Any:
