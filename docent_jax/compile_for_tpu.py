@@ -10,7 +10,9 @@ the data would give (entities, relations) come from `DATASET_SHAPES` by `config.
 `shapes` block, or --num_entities / --num_relations, each over the one before.
 
 Compiled: the training step (`train_step`), one evaluation batch of texts encoded (`encode`, at
-`eval.batch_size`) and, where the model has an entity set, the exact top-k search over it (`search_top_k`).
+`eval.batch_size`), where the model has an entity set the exact top-k search over it (`search_top_k`), and for
+BLP the evaluator's filtered ranking of one batch of queries against every entity (`block_ranking`, at
+`eval.link_prediction_batch_size`). The entity softmax is part of the step (DOCENT's full softmax).
 The report (JSON) holds per compiled function: `hbm_bytes_per_device` (arguments + outputs + temporaries -
 aliased), `hbm_capacity_bytes`, `fits`, `flops` and `bytes_accessed` per device and step,
 `step_seconds_lower_bound` (the larger of FLOPs at the chip's peak bf16 rate and bytes at its HBM bandwidth: no
@@ -43,6 +45,7 @@ from docent_jax import objectives
 from docent_jax import outputs
 from docent_jax import parallel
 from docent_jax import train
+from docent_jax.evaluation import link_prediction
 from docent_jax.inference import search
 from docent_jax.models import blp_model
 from docent_jax.models import dual_encoder
@@ -78,6 +81,7 @@ DATASET_SHAPES: dict[str, dict[str, int]] = {
     "fb15k237": {"num_entities": 14541, "num_relations": 237},
     "wikidata5m": {"num_entities": 4594485, "num_relations": 822},
     "imdb_movielens": {"num_entities": 812},
+    "reviews2movielens": {"num_entities": 81057},  # The DOCENT paper's Amazon movies.
 }
 # Objectives whose step compiles from shapes alone (`Objective.from_shapes`, `batch_shapes`).
 COMPILABLE = ("blp", "docent_dual", "docent_hybrid", "supcon", "universal")
@@ -331,6 +335,15 @@ def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, sh
     functions["search_top_k"] = {**compiled_report(lambda: compile_search(mesh, shapes["num_entities"], dim), chip),
                                  "compile_seconds": round(time.time() - started, 1),
                                  "num_entities": shapes["num_entities"], "queries": _SEARCH_QUERIES}
+  if isinstance(objective, blp.BlpObjective):
+    queries = config.eval.link_prediction_batch_size
+    started = time.time()
+    functions["block_ranking"] = {
+        **compiled_report(lambda: link_prediction.lowered_ranking(
+            objective.scoring, shapes["num_entities"], objective.vector_width(), shapes["num_relations"], mesh,
+            batch_size=queries).compile(), chip),
+        "compile_seconds": round(time.time() - started, 1), "num_entities": shapes["num_entities"],
+        "queries": queries}
   return {"config": config.get("name", ""), "objective": config.objective, "topology": topology,
           "num_slices": num_slices, "devices": len(devices), "hosts": len({d.process_index for d in devices}),
           "mesh": dict(mesh.shape), "chip": dataclasses.asdict(chip), "shapes": shapes,

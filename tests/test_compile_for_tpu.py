@@ -71,7 +71,7 @@ def test_docents_entity_table_and_every_sharded_param_stay_sharded_on_a_v5e_8_an
 def test_blps_step_on_a_v4_8_is_data_parallel_and_the_report_holds_every_figure(tmp_path):
   config = kg_fixtures.tiny_config(pathlib.Path("unread"), pathlib.Path("unread"))
   config.mesh.shape = (-1, 1)  # Every chip on the data axis, as configs/blp.py has it.
-  result = compile_for_tpu.report(config, "v4:2x2x1", 1, {"num_entities": 48, "num_relations": 3})
+  result = compile_for_tpu.report(config, "v4:2x2x1", 1, {"num_entities": 50, "num_relations": 3})
   assert result["devices"] == 4 and result["hosts"] == 1 and result["mesh"] == {"data": 4, "model": 1}
   step = result["functions"]["train_step"]
   for key in ("hbm_bytes_per_device", "hbm_capacity_bytes", "fits", "flops", "step_seconds_lower_bound",
@@ -92,6 +92,11 @@ def test_blps_step_on_a_v4_8_is_data_parallel_and_the_report_holds_every_figure(
   assert encode["fits"] and encode["flops"] > 0 and encode["batch_size"] == config.eval.batch_size
   assert [c["op"] for c in encode["collectives"]] == ["all-gather"], encode["collectives"]
   assert [math.prod(shape) for shape in _gathered(encode)] == [config.eval.batch_size * config.model.dim]
+  # The evaluator's ranking: 50 entities padded to split over the 4 chips, each chip ranking its own rows; only
+  # the counts are summed, nothing is gathered.
+  ranking = result["functions"]["block_ranking"]
+  assert ranking["fits"] and ranking["flops"] > 0 and ranking["queries"] == config.eval.link_prediction_batch_size
+  assert {c["op"] for c in ranking["collectives"]} == {"all-reduce"}, ranking["collectives"]
 
 
 def test_the_largest_fitting_batch_is_found_by_doubling_a_proportional_guess_and_bisection():

@@ -20,7 +20,9 @@ def _seconds(value: float | None) -> str:
 def row(path: pathlib.Path) -> str:
   report = json.loads(path.read_text())
   step = report["functions"]["train_step"]
-  search = report["functions"].get("search_top_k")
+  evaluation = " / ".join(
+      f"{report['functions'][name]['hbm_bytes_per_device'] / GIB:.2f}" if name in report["functions"] else "-"
+      for name in ("encode", "search_top_k", "block_ranking"))
   gathered = sum(c["count"] for c in step["collectives"] if c["op"] == "all-gather")
   reduced = sum(c["count"] for c in step["collectives"] if c["op"] in ("all-reduce", "reduce-scatter"))
   fits = "yes" if step["fits"] else f"no (largest: {step.get('largest_fitting_global_batch')})"
@@ -32,7 +34,7 @@ def row(path: pathlib.Path) -> str:
            "-" if step["flops"] is None else f"{step['flops'] / 1e9:.1f}",
            _seconds(step["step_seconds_lower_bound"]), f"{report['train_steps']:,}",
            _seconds(step.get("projected_seconds")), f"{gathered} / {reduced}",
-           "-" if search is None else f"{search['hbm_bytes_per_device'] / GIB:.2f}",
+           evaluation,
            f"[json](results/cloud_tpu/{path.name})"]
   return "| " + " | ".join(cells) + " |"
 
@@ -40,7 +42,7 @@ def row(path: pathlib.Path) -> str:
 def main(paths: list[str]) -> None:
   print("| report | topology | hosts | mesh (data x model) | batch | train step GiB per chip / HBM | fits | "
         "GFLOP per chip and step | step >= | steps | steps x bound | all-gathers / all-reduces | "
-        "search GiB per chip | report |")
+        "encode / search / ranking GiB per chip | report |")
   print("|" + "---|" * 14)
   for path in sorted(paths):
     print(row(pathlib.Path(path)))

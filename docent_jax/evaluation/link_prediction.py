@@ -403,6 +403,30 @@ def evaluate_link_prediction(scoring_fn: relations.ScoringFunction | str, entity
   return results
 
 
+def lowered_ranking(scoring_fn: relations.ScoringFunction, num_entities: int, entity_dim: int, num_relations: int,
+                    mesh: Mesh, batch_size: int = 256, candidate_block: int = 4096, known_width: int = 16) -> Any:
+  """The filtered ranking of one batch of `batch_size` queries against all `num_entities` entities, lowered from
+  shapes alone (ahead-of-time compiles: `docent_jax.compile_for_tpu`), laid out as `evaluate_link_prediction`
+  lays out `rank_split`'s table: rows padded to split over every device, candidate blocks on the device that
+  holds their rows. `known_width`: true answers per query filtered out (the batch's largest, a power of 2)."""
+  mesh = _auto_axes(mesh)
+  num_rows = -(-num_entities // mesh.size) * mesh.size
+  ids, starts, lengths = _candidate_layout(np.arange(num_entities), candidate_block, mesh.size)
+  spread = NamedSharding(mesh, PartitionSpec(mesh.axis_names))
+  everywhere = parallel.replicated(mesh)
+
+  def shaped(shape: tuple[int, ...], dtype: Any, sharding: NamedSharding) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
+  tables = (shaped((num_rows, entity_dim), jnp.float32, spread),
+            shaped((num_relations, scoring_fn.relation_dim(entity_dim)), jnp.float32, everywhere),
+            shaped((*ids.shape, entity_dim), jnp.float32, spread), shaped(starts.shape, jnp.int32, spread),
+            shaped(lengths.shape, jnp.int32, spread))
+  queries = tuple(shaped((batch_size,), jnp.int32, everywhere) for _ in range(4))
+  known = shaped((batch_size, known_width), jnp.int32, everywhere)
+  return _filtered_ranks.lower(scoring_fn, True, num_entities, *tables, *queries, known, mesh=mesh)
+
+
 @registry.register("link_prediction")
 def rank_split(model: Any, graph: knowledge_graph.KnowledgeGraph, split: str = "test") -> dict[str, float]:
   """A link prediction model (`inference.link_prediction`) ranking the triples of `graph`'s `split`.
@@ -412,8 +436,10 @@ def rank_split(model: Any, graph: knowledge_graph.KnowledgeGraph, split: str = "
   ('transfer', `<split>/transfer_mrr`, ...). Entities are encoded from the graph's descriptions and relations
   looked up by name, so the model may come from another run (an unknown relation is an error naming it).
   """
-  # Laid out like the trainer's tables, so that each device ranks against its own rows.
-  embeddings = parallel.shard_rows(model.encode_set(graph.entity_texts), model.mesh)
+  # Laid out like the trainer's tables, so that each device ranks against its own rows; padded with rows that are
+  # never a candidate, so that they split over the devices (a table that does not split is replicated).
+  vectors, _ = parallel.pad_to_multiple(model.encode_set(graph.entity_texts), model.mesh.size)
+  embeddings = parallel.shard_rows(vectors, model.mesh)
   relation_embeddings = model.relation_vectors(graph.relation_ids)
   known_by = ("train", "validation") if split == "validation" else ("train", "validation", "test")
   known = np.sort(np.concatenate([graph.entity_split[name] for name in known_by]))
