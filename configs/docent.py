@@ -38,7 +38,9 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.data = common.data(dataset or "imdb_movielens", max_len=64)
 
   config.model = common.bert_model()
-  config.model.scale = 20.0  # Of the cosine similarity; learned from this value unless learn_scale is False.
+  # Of the cosine similarity; learned from this value unless learn_scale is False. The paper's score is the plain
+  # cosine (scale=1, learn_scale=False); a softmax over hundreds of entities of logits in [-1, 1] is nearly uniform.
+  config.model.scale = 20.0
   config.model.learn_scale = True
   # Entity rows start from some of the entity's sentences, or random. sentence_mean: the mean pretrained
   # f(s) (dual, hybrid), the IDF-weighted mean word-piece embedding (full: its rows are word pieces).
@@ -80,8 +82,10 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
       bos=common.baseline("bos_search", "bos", queries=queries),
       top_tags=common.baseline("top_tags", "top_tags"),
       tfidf=common.baseline("tfidf_tags", "tfidf")))
-  # Tag prediction: a tag is positive for a held-out movie at this many votes (genres: 1). The paper
-  # uses 2; in imdb_movielens only 5 movie-tag pairs reach 2 votes, so 1 is the default here.
+  # Tag prediction: a tag is positive for a held-out movie at this many votes or more (votes >= threshold;
+  # genres: 1). The paper labels a pair positive "iff #(m, t) > T" with "T = 2" (its tag-prediction metrics),
+  # i.e. at 3 votes or more: --config.eval.tag_vote_threshold=3 in this convention. In imdb_movielens only 5
+  # movie-tag pairs reach 2 votes, so 1 is the default here.
   config.eval.tag_vote_threshold = 1
   # Tag prediction fine-tunes a scorer against the frozen entity vectors (AdamW, linear decay), one run per
   # task (`finetune` below): f(t) for DUAL and HYBRID, a pair classifier for FULL.

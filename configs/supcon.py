@@ -126,21 +126,24 @@ def get_config(arg: str = "abt_buy") -> ml_collections.ConfigDict:
 
 def paper_setting(config: ml_collections.ConfigDict, dataset: str) -> ml_collections.ConfigDict:
   """Peeters & Bizer's setting for Abt-Buy, from the paper and its released scripts: RoBERTa-base
-  (`model.pretrained`: its Hugging Face directory), offers of 128 tokens; pre-training on batches of 1024
-  offers (512 anchors and their partners) at 5e-5, temperature 0.07, 200 epochs, source-aware; then a fresh
-  pair classifier on 64 pairs a step at 5e-5, with AdamW (weight decay 0.01), 5% warm-up and linear decay, the
-  epoch of the lowest validation loss reported. The paper's four classifiers, each over `PAPER_SEEDS` seeds (it
-  reports the mean of 3 runs; Abt-Buy test F1 in parentheses):
+  (`model.pretrained`: its Hugging Face directory), offers of 128 tokens (the scripts'; the paper states no
+  length); pre-training on batches of 1024 offers (512 anchors and their partners) at 5e-5, temperature 0.07,
+  200 epochs, source-aware; then a fresh pair classifier on 64 pairs a step at 5e-5, with AdamW (weight decay
+  0.01), 5% warm-up and linear decay, the epoch of the lowest validation loss reported. The paper's four
+  classifiers, each over `PAPER_SEEDS` seeds (it reports the mean of 3 runs; Abt-Buy test F1 in parentheses):
     supcon_head                       R-SupCon (F)+aug: `all` augmentation in pre-training, then a classification
-                                      layer trained with binary cross-entropy for 5 epochs on the frozen encoder
-                                      (94.29, the paper's best)
-    supcon_trained                    (UF)+aug: the classifier and encoder trained end to end for 50 epochs (77.84)
+                                      layer trained with binary cross-entropy for 5 epochs (the scripts')
+                                      on the frozen encoder (94.29, the paper's best)
+    supcon_trained                    (UF)+aug: the classifier and encoder trained end to end for 50 epochs
+                                      (77.84)
     supcon_no_augmentation_head       (F) without augmentation
     supcon_no_augmentation_trained    (UF) without augmentation (79.99)
-  The paper finds the frozen encoder better than the fine-tuned one on every dataset. Its scripts also augment
-  the classifier's training pairs in the +aug runs; here augmentation is in pre-training only. The frozen
-  encoder's scikit-learn probe is reported beside (`supcon_frozen`, `supcon_no_augmentation_frozen`); the other
-  baselines are left out, each a run of its own at this scale."""
+  The paper (Sec. 3) states fine-tuning on 64 pairs a step for up to 50 epochs, stopped early after 10 epochs
+  without a lower validation loss; the 5 and 50 epochs are the released scripts'. The paper finds the frozen
+  encoder better than the fine-tuned one on every dataset. Its scripts also augment the classifier's training
+  pairs in the +aug runs; here augmentation is in pre-training only. The frozen encoder's scikit-learn probe is
+  reported beside (`supcon_frozen`, `supcon_no_augmentation_frozen`); the other baselines are left out, each a
+  run of its own at this scale."""
   if dataset != "abt_buy":
     raise ValueError(f"configs/supcon.py: the paper setting is defined for abt_buy, not {dataset!r}.")
   pretraining_steps = 200 * math.ceil(ABT_BUY_PRETRAINING_OFFERS / 1024)
