@@ -279,30 +279,43 @@ def combine(first_stage: Run, similarity: Run, alpha: float) -> Run:
           for query, scores in first_stage.items()}
 
 
-def _ranx_qrels(qrels: Qrels, queries: Collection[str]) -> ranx.Qrels:
-  unjudged = sorted(query for query in queries if query not in qrels)
-  if unjudged:
-    raise ValueError(f"{len(unjudged)} queries have no judgements, e.g. {unjudged[:3]}.")
-  return ranx.Qrels({query: dict(qrels[query]) for query in queries})
+def _entity_keys(qrels: Qrels, runs: Sequence[Run], queries: Collection[str]) -> dict[str, str]:
+  # ranx stores ids in numpy string arrays as wide as the longest id, and numba compiles its code anew (seconds)
+  # for every new width; every entity gets a key of one width instead, the same for any collection.
+  entities = {entity for query in queries for scores in (qrels[query], *(run.get(query, {}) for run in runs))
+              for entity in scores}
+  return {entity: f"{i:012d}" for i, entity in enumerate(sorted(entities))}
 
 
-def _ranx_run(run: Run, queries: Collection[str], name: str) -> ranx.Run:
+def _ranx_qrels(qrels: Qrels, queries: Collection[str], keys: Mapping[str, str]) -> ranx.Qrels:
+  return ranx.Qrels({query: {keys[entity]: grade for entity, grade in qrels[query].items()} for query in queries})
+
+
+def _ranx_run(run: Run, queries: Collection[str], keys: Mapping[str, str], name: str) -> ranx.Run:
   # ranx orders equal scores as an unstable sort leaves them; each entity's score is its position in the ranking
   # as trec_eval orders it instead, so ties are broken as trec_eval breaks them. A query without a ranking is
   # empty, and scores 0.
   positions = {}
   for query in queries:
     entities = ranked(run.get(query, {}))
-    positions[query] = {entity: float(len(entities) - i) for i, (entity, _) in enumerate(entities)}
+    positions[query] = {keys[entity]: float(len(entities) - i) for i, (entity, _) in enumerate(entities)}
   return ranx.Run(positions, name=name)
+
+
+def _check_judged(qrels: Qrels, queries: Collection[str]) -> None:
+  unjudged = sorted(query for query in queries if query not in qrels)
+  if unjudged:
+    raise ValueError(f"{len(unjudged)} queries have no judgements, e.g. {unjudged[:3]}.")
 
 
 def ndcg(run: Run, qrels: Qrels, queries: Collection[str], cutoff: int) -> dict[str, float]:
   """trec_eval's NDCG@cutoff of each query of `queries` (all judged in `qrels`); 0 for one without a ranking."""
-  ranx_run = _ranx_run(run, queries, "run")
+  _check_judged(qrels, queries)
+  keys = _entity_keys(qrels, [run], queries)
+  ranx_run = _ranx_run(run, queries, keys, "run")
   with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message=_NUMBA_CAST)
-    ranx.evaluate(_ranx_qrels(qrels, queries), ranx_run, f"ndcg@{cutoff}")
+    ranx.evaluate(_ranx_qrels(qrels, queries, keys), ranx_run, f"ndcg@{cutoff}")
   return {query: float(ranx_run.scores[f"ndcg@{cutoff}"][query]) for query in queries}
 
 
@@ -357,13 +370,15 @@ def compare_by_type(first_stage: Run, reranked: Run, qrels: Qrels, queries: Coll
   metrics = [f"ndcg@{cutoff}" for cutoff in CUTOFFS]
   results: dict[str, float] = {}
   for group, members in query_groups(queries).items():
-    runs = [_ranx_run(first_stage, members, "first_stage"), _ranx_run(reranked, members, "reranked")]
+    _check_judged(qrels, members)
+    keys = _entity_keys(qrels, [first_stage, reranked], members)
+    runs = [_ranx_run(first_stage, members, keys, "first_stage"), _ranx_run(reranked, members, keys, "reranked")]
     with warnings.catch_warnings():
       warnings.filterwarnings("ignore", message=_NUMBA_CAST)
       # scipy's t-test warns, and gives NaN, where the differences have no spread (all 0) or there is one query;
       # neither is evidence of a difference: p = 1.
       warnings.filterwarnings("ignore", category=RuntimeWarning)
-      report = ranx.compare(_ranx_qrels(qrels, members), runs, metrics, stat_test="student")
+      report = ranx.compare(_ranx_qrels(qrels, members, keys), runs, metrics, stat_test="student")
     tests = report.comparisons[frozenset(("first_stage", "reranked"))]
     results[f"{group}/num_queries"] = len(members)
     for metric in metrics:
