@@ -3,11 +3,12 @@ DBpedia-Entity v2; the formula, the alpha grid and its choice per fold are in `e
 
   python -m docent_jax.rerank --run_dir=WORKDIR/<model> --queries=queries-v2_stopped.txt --qrels=qrels-v2.txt \
       --folds=folds/all_queries.json --first_stage=bm25f-ca_v2.run --entity_texts=descriptions.txt \
-      --output=reranked.run --results=results.json
+      --output=reranked.run --results=results.json [--similarity=inner_product|cosine]
 
-The paper's setting: --first_stage is DBpedia-Entity's BM25F-CA run (`runs/v2/bm25f-ca_v2.run`) and
---entity_texts an `id<TAB>text` file of its entities' DBpedia abstracts, ids as in the run (`<dbpedia:Name>`).
-Each candidate is scored with its text's encoding; one without a text gets similarity 0.
+The similarity of a query's and an entity's encodings is their inner product (the paper's eq. 4), or their cosine
+with --similarity=cosine. The paper's setting: --first_stage is DBpedia-Entity's BM25F-CA run
+(`runs/v2/bm25f-ca_v2.run`) and --entity_texts an `id<TAB>text` file of its entities' DBpedia abstracts, ids as in
+the run (`<dbpedia:Name>`). Each candidate is scored with its text's encoding; one without a text gets similarity 0.
 
 Without those files (--first_stage and --entity_texts empty), the setting is built from what the collection
 itself holds: the candidate pool is every entity judged in the qrels, each entity's text is its name read from
@@ -17,9 +18,12 @@ name, and the first stage is BM25 over those texts, the top --depth entities of 
 judged entity and nothing else, so this first stage is not comparable with one over all of DBpedia.
 
 Writes the re-ranked run (--output), optionally the BM25 first stage (--first_stage_output), and adds to the JSON
---results the keys `<name>/dbpedia_entity/...`: NDCG@10 and NDCG@100 of the first stage and of the re-ranked run
-over every fold's testing queries, each fold's alpha, and coverage counts (a query the first stage ranks no
-entity for scores 0, and is counted: `queries_without_candidates`); keys of other models in that file stay.
+--results the keys `<name>/dbpedia_entity/...`: over every fold's testing queries (`all/`) and per DBpedia-Entity v2
+query type (`SemSearch-ES/`, `INEX-LD/`, `ListSearch/`, `QALD2/`), NDCG@10 and NDCG@100 of the first stage
+(`<type>/first_stage/ndcg@k`) and of the re-ranked run (`<type>/ndcg@k`), the p-value of a paired t-test of the two
+(`<type>/p_value_ndcg@k`) and the number of queries; each fold's alpha; and coverage counts (a query the first
+stage ranks no entity for scores 0, and is counted: `queries_without_candidates`); keys of other models in that file
+stay.
 Every input file and flag is read and checked before the model loads, and every output is written whole (a full
 disk or a signal leaves an earlier file as it was).
 """
@@ -43,7 +47,8 @@ COLLECTION = "dbpedia_entity"
 def rerank(model: protocol.Model, queries: dict[str, str], qrels: reranking.Qrels,
            folds: dict[str, reranking.Fold], *, first_stage: reranking.Run | None = None,
            entity_texts: dict[str, str] | None = None, descriptions: dict[str, str] | None = None,
-           depth: int = 100) -> tuple[reranking.Run, reranking.Run, dict[str, float]]:
+           depth: int = 100, similarity: str = "inner_product"
+           ) -> tuple[reranking.Run, reranking.Run, dict[str, float]]:
   """(the first stage, the re-ranked run, the results) of `model` (see the module docstring for the settings).
 
   Args:
@@ -55,7 +60,9 @@ def rerank(model: protocol.Model, queries: dict[str, str], qrels: reranking.Qrel
     entity_texts: entity id -> text; None takes names, with `descriptions` where they match.
     descriptions: name -> description (`reranking.read_name_descriptions`), when `entity_texts` is None.
     depth: how many entities the BM25 first stage retrieves per query, and the depth of the coverage count.
+    similarity: how query and entity encodings are compared, one of `reranking.SIMILARITIES`.
   """
+  reranking.check_similarity(similarity)
   fold_queries = sorted({query for fold in folds.values() for query in fold.training + fold.testing})
   for what, known in (("text", queries), ("judgements", qrels)):
     missing = [query for query in fold_queries if query not in known]
@@ -63,7 +70,7 @@ def rerank(model: protocol.Model, queries: dict[str, str], qrels: reranking.Qrel
       raise ValueError(f"{len(missing)} queries of the folds have no {what}, e.g. {missing[:3]}.")
   tested = sorted({query for fold in folds.values() for query in fold.testing})
   judged = sorted({entity for query in fold_queries for entity in qrels[query]})
-  results: dict[str, float] = {"num_queries": len(tested)}
+  results: dict[str, float] = {}
   if entity_texts is None:
     pool = set(judged) if first_stage is None else {entity for query in fold_queries
                                                       for entity in first_stage.get(query, {})}
@@ -95,11 +102,10 @@ def rerank(model: protocol.Model, queries: dict[str, str], qrels: reranking.Qrel
                     np.zeros((0, query_vectors.shape[1])))
   logging.info("Encoded %d queries and %d entities in %.1f s.", len(fold_queries), len(encoded),
                time.perf_counter() - start)
-  similarity = reranking.cosine_run(first_stage, fold_queries, query_vectors, encoded, entity_vectors)
-  reranked, choices = reranking.rerank_folds(first_stage, similarity, qrels, folds)
-  for cutoff in reranking.CUTOFFS:
-    results[f"first_stage/ndcg@{cutoff}"] = reranking.mean_ndcg(first_stage, qrels, tested, cutoff)
-    results[f"ndcg@{cutoff}"] = reranking.mean_ndcg(reranked, qrels, tested, cutoff)
+  similarities = reranking.similarity_run(first_stage, fold_queries, query_vectors, encoded, entity_vectors,
+                                         similarity)
+  reranked, choices = reranking.rerank_folds(first_stage, similarities, qrels, folds)
+  results.update(reranking.compare_by_type(first_stage, reranked, qrels, tested))
   for name, choice in choices.items():
     results[f"fold_{name}/alpha"] = choice.alpha
     results[f"fold_{name}/training_ndcg@{reranking.SELECTION_CUTOFF}"] = choice.best_training_ndcg
@@ -117,6 +123,8 @@ def main(argv: list[str]) -> None:
     raise app.UsageError("--descriptions completes names when there is no --entity_texts; pass one of the two.")
   if FLAGS.depth < 1:
     raise app.UsageError(f"--depth={FLAGS.depth}: must be at least 1.")
+  if FLAGS.similarity not in reranking.SIMILARITIES:
+    raise app.UsageError(f"--similarity={FLAGS.similarity}: must be one of {', '.join(reranking.SIMILARITIES)}.")
   start = time.perf_counter()
   # Everything cheap first: a bad flag or file costs no model load, and no output is touched.
   written = [(flag, getattr(FLAGS, flag)) for flag in ("output", "first_stage_output", "results")
@@ -140,7 +148,8 @@ def main(argv: list[str]) -> None:
   model = inference_model.load(FLAGS.run_dir)
   model.show_progress_bar = True
   first_stage, reranked, results = rerank(model, queries, qrels, folds, first_stage=first_stage,
-                                          entity_texts=entity_texts, descriptions=descriptions, depth=FLAGS.depth)
+                                          entity_texts=entity_texts, descriptions=descriptions, depth=FLAGS.depth,
+                                          similarity=FLAGS.similarity)
   reranking.write_run(reranked, FLAGS.output, name)
   if FLAGS.first_stage_output:
     reranking.write_run(first_stage, FLAGS.first_stage_output, "first_stage")
@@ -164,6 +173,8 @@ if __name__ == "__main__":
   flags.DEFINE_string("descriptions", "", "Without --entity_texts: `id<TAB>Name -- description` lines matched to "
                       "entities by name (FB15k-237's fb-entity2text-new.txt).")
   flags.DEFINE_integer("depth", 100, "Entities per query of the BM25 first stage; depth of the coverage count.")
+  flags.DEFINE_string("similarity", "inner_product", "How query and entity encodings are compared: inner_product "
+                      "(the paper's eq. 4) or cosine.")
   flags.DEFINE_string("output", None, "Where the re-ranked TREC run goes.")
   flags.DEFINE_string("first_stage_output", "", "Where the first stage goes as a TREC run; empty: not written.")
   flags.DEFINE_string("results", "", "A results JSON to add this model's keys to (created if missing).")

@@ -87,10 +87,76 @@ def test_on_blps_grid_the_first_alpha_that_orders_q1_ideally_wins():
   assert max(choice.training_ndcg[:11]) < 1.0
 
 
-def test_cosine_similarity_of_candidates_without_a_vector_is_zero():
-  similarity = reranking.cosine_run({"q": {"x": 5.0, "y": 1.0, "z": 2.0}}, ["q"], np.array([[3.0, 4.0]]),
-                                    ["x", "y"], np.array([[4.0, 3.0], [0.0, -2.0]]))
-  assert similarity == {"q": pytest.approx({"x": 24 / 25, "y": -4 / 5, "z": 0.0})}
+@pytest.mark.parametrize("similarity, expected", [
+    ("inner_product", {"x": 24.0, "y": -8.0, "z": 0.0}), ("cosine", {"x": 24 / 25, "y": -4 / 5, "z": 0.0})])
+def test_similarity_of_candidates_without_a_vector_is_zero(similarity, expected):
+  scored = reranking.similarity_run({"q": {"x": 5.0, "y": 1.0, "z": 2.0}}, ["q"], np.array([[3.0, 4.0]]),
+                                    ["x", "y"], np.array([[4.0, 3.0], [0.0, -2.0]]), similarity)
+  assert scored == {"q": pytest.approx(expected)}
+
+
+def test_inner_product_and_cosine_order_candidates_differently():
+  # "long" is further from the query's direction but 10 times as long: first by inner product, last by cosine.
+  query = np.array([[1.0, 0.0]])
+  entities = np.array([[1.0, 0.0], [6.0, 8.0]])  # "near": cosine 1, product 1; "long": cosine 0.6, product 6.
+  candidates = {"q": {"near": 0.0, "long": 0.0}}
+  order = lambda similarity: [entity for entity, _ in reranking.ranked(reranking.similarity_run(
+      candidates, ["q"], query, ["near", "long"], entities, similarity)["q"])]
+  assert order("inner_product") == ["long", "near"]
+  assert order("cosine") == ["near", "long"]
+  assert order("inner_product") == [entity for entity, _ in reranking.ranked(reranking.similarity_run(
+      candidates, ["q"], query, ["near", "long"], entities)["q"])]  # The inner product is the default.
+
+
+def test_an_unknown_similarity_is_an_error_naming_the_key():
+  with pytest.raises(ValueError, match="^similarity='dot': must be one of 'inner_product', 'cosine'"):
+    reranking.similarity_run({"q": {"x": 1.0}}, ["q"], np.ones((1, 2)), ["x"], np.ones((1, 2)), "dot")
+
+
+def test_query_types_are_dbpedia_entitys_by_id_prefix():
+  assert [reranking.query_type(query) for query in (
+      "SemSearch_ES-1", "INEX_LD-2009022", "INEX_XER-60", "SemSearch_LS-1", "TREC_Entity-7", "QALD2_tr-1",
+      "QALD2_te-99", "Q-1", "SemSearch_ESX-1")] == [
+      "SemSearch-ES", "INEX-LD", "ListSearch", "ListSearch", "ListSearch", "QALD2", "QALD2", None, None]
+  assert reranking.query_groups(["QALD2_te-1", "Q-1", "INEX_XER-2", "QALD2_tr-3"]) == {
+      "all": ["QALD2_te-1", "Q-1", "INEX_XER-2", "QALD2_tr-3"], "ListSearch": ["INEX_XER-2"],
+      "QALD2": ["QALD2_te-1", "QALD2_tr-3"]}
+
+
+def test_the_query_types_are_those_of_the_collections_per_type_folds(shared_data_dir):
+  directory = shared_data_dir / "dbpedia_entity"
+  queries = reranking.read_texts(directory / "queries-v2.txt")
+  assert len(queries) == 467 and all(reranking.query_type(query) for query in queries)
+  for name in reranking.QUERY_TYPES:
+    folds = reranking.read_folds(directory / "folds" / f"{name}.json")
+    tested = {query for fold in folds.values() for query in fold.testing}
+    assert tested == {query for query in queries if reranking.query_type(query) == name}, name
+
+
+def test_ndcg_and_t_test_per_query_type():
+  # Two SemSearch ES queries and one QALD-2 query, one relevant entity each (grade 1, ideal DCG 1).
+  qrels = {"SemSearch_ES-1": {"a": 1, "b": 0}, "SemSearch_ES-2": {"c": 1, "d": 0}, "QALD2_te-1": {"e": 1, "f": 0}}
+  first_stage = {"SemSearch_ES-1": {"a": 1.0, "b": 2.0}, "SemSearch_ES-2": {"c": 1.0, "d": 2.0},
+                 "QALD2_te-1": {"e": 2.0, "f": 1.0}}
+  # Re-ranked: SemSearch_ES-1 moves its relevant entity to the top, SemSearch_ES-2 keeps it second (a tie that
+  # trec_eval breaks by entity id, last first: d before c), QALD2_te-1 loses it to rank 2.
+  reranked = {"SemSearch_ES-1": {"a": 3.0, "b": 2.0}, "SemSearch_ES-2": {"c": 2.0, "d": 2.0},
+              "QALD2_te-1": {"e": 1.0, "f": 2.0}}
+  results = reranking.compare_by_type(first_stage, reranked, qrels, list(qrels))
+  second = 1 / LOG3  # The relevant entity at rank 2.
+  for cutoff in (10, 100):
+    expected = {"all/first_stage": (second + second + 1) / 3, "all": (1 + second + second) / 3,
+                "SemSearch-ES/first_stage": second, "SemSearch-ES": (1 + second) / 2,
+                "QALD2/first_stage": 1.0, "QALD2": second}
+    assert {key: results[f"{key}/ndcg@{cutoff}"] for key in expected} == pytest.approx(expected)
+  assert results["all/num_queries"] == 3 and results["SemSearch-ES/num_queries"] == 2
+  assert results["QALD2/num_queries"] == 1 and "ListSearch/num_queries" not in results
+  # SemSearch ES's differences are 1 - 1/log2 3 and 0: t = 1 with 1 degree of freedom, two-sided p = 0.5.
+  assert results["SemSearch-ES/p_value_ndcg@10"] == pytest.approx(0.5)
+  # One query cannot be tested, nor can equal runs: p = 1, no evidence of a difference.
+  assert results["QALD2/p_value_ndcg@10"] == 1.0
+  assert reranking.compare_by_type(first_stage, first_stage, qrels, list(qrels))["all/p_value_ndcg@100"] == 1.0
+  assert all(0.0 <= value <= 1.0 for key, value in results.items() if "/p_value_ndcg@" in key)
 
 
 def test_bm25_first_stage_retrieves_only_matching_entities_best_first():
@@ -249,20 +315,19 @@ def test_the_command_reranks_a_bm25_first_stage(blp_run, tmp_path):
   first_stage = reranking.read_run(tmp_path / "bm25.run")
   assert first_stage == reranking.bm25_run(queries, texts, 5)
   assert all(len(scores) == 5 for scores in first_stage.values())
-  assert results["num_queries"] == 8 and results["num_judged_entities"] == len(judged) == 12
+  assert results["all/num_queries"] == 8 and results["num_judged_entities"] == len(judged) == 12
   assert results["judged_entities_with_description"] == 6
   assert results["candidates_with_text"] == results["num_candidates"]
   assert results["queries_with_relevant_in_top5"] == reranking.queries_with_relevant(first_stage, qrels, queries, 5)
 
-  # The re-ranked run: per fold, alpha * cosine of the loaded model's encodings + (1 - alpha) * BM25, with the
-  # alpha of best training NDCG@100. The tiny model's vectors nearly coincide (cosines differ by ~1e-6), so the
-  # texts are encoded in the command's batches (every query, then every candidate, sorted by id) on as many
-  # devices, which computes the same vectors.
+  # The re-ranked run: per fold, alpha * the inner product of the loaded model's encodings + (1 - alpha) * BM25,
+  # with the alpha of best training NDCG@100. The tiny model's vectors nearly coincide, so the texts are encoded in
+  # the command's batches (every query, then every candidate, sorted by id) on as many devices, which computes the
+  # same vectors.
   model = docent_jax.load(blp_run)
   query_ids, candidates = sorted(queries), sorted({entity for scores in first_stage.values() for entity in scores})
-  unit = lambda vectors: vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-  query_vectors = dict(zip(query_ids, unit(model.encode([queries[query] for query in query_ids]))))
-  entity_vectors = dict(zip(candidates, unit(model.encode([texts[entity] for entity in candidates]))))
+  query_vectors = dict(zip(query_ids, model.encode([queries[query] for query in query_ids]).astype(np.float64)))
+  entity_vectors = dict(zip(candidates, model.encode([texts[entity] for entity in candidates]).astype(np.float64)))
 
   def combined(query, alpha):
     return {entity: float(alpha * (entity_vectors[entity] @ query_vectors[query]) + (1 - alpha) * score)
@@ -279,11 +344,16 @@ def test_the_command_reranks_a_bm25_first_stage(blp_run, tmp_path):
     for query in fold.testing:
       assert reranked[query] == pytest.approx(combined(query, alpha), abs=1e-6)
   for cutoff in (10, 100):
-    assert results[f"first_stage/ndcg@{cutoff}"] == reranking.mean_ndcg(first_stage, qrels, list(queries), cutoff)
-    assert results[f"ndcg@{cutoff}"] == reranking.mean_ndcg(reranked, qrels, list(queries), cutoff)
+    assert results[f"all/first_stage/ndcg@{cutoff}"] == pytest.approx(
+        reranking.mean_ndcg(first_stage, qrels, list(queries), cutoff))
+    assert results[f"all/ndcg@{cutoff}"] == pytest.approx(reranking.mean_ndcg(reranked, qrels, list(queries), cutoff))
+    assert 0.0 <= results[f"all/p_value_ndcg@{cutoff}"] <= 1.0
+  # The tiny collection's query ids are of no DBpedia-Entity type: all queries is the one group.
+  assert not [key for key in results if key.startswith(tuple(reranking.QUERY_TYPES))]
 
 
-def test_a_given_first_stage_and_entity_texts_score_entities_without_text_zero(blp_run, tmp_path):
+@pytest.mark.parametrize("similarity", reranking.SIMILARITIES)
+def test_a_given_first_stage_and_entity_texts_score_entities_without_text_zero(blp_run, tmp_path, similarity):
   files = _collection(tmp_path)
   model = docent_jax.load(blp_run)
   queries, qrels, folds = (reranking.read_texts(files["queries"]), reranking.read_qrels(files["qrels"]),
@@ -291,7 +361,8 @@ def test_a_given_first_stage_and_entity_texts_score_entities_without_text_zero(b
   given = {query: {entity: 1.0 / (rank + 1) for rank, entity in enumerate(ENTITIES[i:i + 4])}
            for i, query in enumerate(queries)}
   texts = {entity: f"the abstract of {reranking.entity_name(entity)}" for entity in ENTITIES[:9]}
-  first_stage, reranked, results = rerank.rerank(model, queries, qrels, folds, first_stage=given, entity_texts=texts)
+  first_stage, reranked, results = rerank.rerank(model, queries, qrels, folds, first_stage=given, entity_texts=texts,
+                                                 similarity=similarity)
   assert first_stage == given
   assert results["num_candidates"] == 11 and results["candidates_with_text"] == 9  # ENTITIES[9:11] have no text.
   assert "num_judged_entities" not in results and "judged_entities_with_description" not in results
@@ -299,10 +370,12 @@ def test_a_given_first_stage_and_entity_texts_score_entities_without_text_zero(b
   alpha = results[f"fold_{next(n for n, f in folds.items() if query in f.testing)}/alpha"]
   for entity in ENTITIES[9:11]:
     assert reranked[query][entity] == pytest.approx((1 - alpha) * given[query][entity])
-  vectors = model.encode([queries[query], texts[ENTITIES[7]]])
-  cosine = vectors[0] @ vectors[1] / np.linalg.norm(vectors[0]) / np.linalg.norm(vectors[1])
-  assert reranked[query][ENTITIES[7]] == pytest.approx(alpha * cosine + (1 - alpha) * given[query][ENTITIES[7]],
-                                                       abs=1e-5)
+  vectors = model.encode([queries[query], texts[ENTITIES[7]]]).astype(np.float64)
+  product = vectors[0] @ vectors[1]
+  if similarity == "cosine":
+    product /= np.linalg.norm(vectors[0]) * np.linalg.norm(vectors[1])
+  assert reranked[query][ENTITIES[7]] == pytest.approx(alpha * product + (1 - alpha) * given[query][ENTITIES[7]],
+                                                       rel=1e-5, abs=1e-5)
 
 
 def _rerank_command(blp_run, files, tmp_path, *extra) -> list[str]:
@@ -321,6 +394,7 @@ def test_the_command_checks_every_file_before_loading_and_names_the_one_at_fault
       ("--output=/proc/x",): (1, "--output=/proc/x: cannot write in /proc"),
       (f"--output={files['queries']}",): (2, "is the --queries file"),
       ("--depth=0",): (2, "--depth=0: must be at least 1"),
+      ("--similarity=dot",): (2, "--similarity=dot: must be one of inner_product, cosine"),
   }
   for extra, (code, message) in cases.items():
     command = _rerank_command(blp_run, files, tmp_path, *extra)

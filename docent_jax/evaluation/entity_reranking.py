@@ -3,17 +3,22 @@ information-retrieval task on DBpedia-Entity v2).
 
 For a query q and a candidate entity e of the first stage's ranking, with f the entity encoder,
 
-  score(q, e) = alpha * cos(f(q), f(e)) + (1 - alpha) * s0(q, e),
+  score(q, e) = alpha * sim(f(q), f(e)) + (1 - alpha) * s0(q, e),
 
-where s0 is the first stage's own score, used as it is (BLP does not rescale it). A candidate with no text has no
-encoding and similarity 0. alpha is chosen per fold of the collection's folds from ALPHAS, the grid of BLP's
-`retrieval.py` (20 evenly spaced values from 0 to 1, both included), as the value of best mean NDCG@100 over the
-fold's training queries (the first such value on a tie); the fold's testing queries are then scored with it, and
-the re-ranked run is the union of the testing queries' rankings.
+where s0 is the first stage's own score, used as it is (BLP does not rescale it), and sim the inner product
+f(q) . f(e), as in the paper's eq. 4 and BLP's `retrieval.py` ("cosine", the inner product of unit vectors, is the
+other choice of `SIMILARITIES`). A candidate with no text has no encoding and similarity 0. alpha is chosen per
+fold of the collection's folds from ALPHAS, the grid of BLP's `retrieval.py` (20 evenly spaced values from 0 to 1,
+both included), as the value of best mean NDCG@100 over the fold's training queries (the first such value on a
+tie); the fold's testing queries are then scored with it, and the re-ranked run is the union of the testing
+queries' rankings.
 
-NDCG is trec_eval's (through pytrec-eval-terrier): gain = relevance, discount log2(rank + 1), a ranking ordered
-by score with ties broken by entity id, from last to first. A query of the evaluated set without any ranking
-counts 0, as `trec_eval -c` counts it.
+NDCG is trec_eval's, computed with ranx: gain = relevance, discount log2(rank + 1), a ranking ordered by score
+with ties broken by entity id, from last to first. A query of the evaluated set without any ranking counts 0, as
+`trec_eval -c` counts it. The re-ranked run is compared with the first stage over all queries and per query type
+of DBpedia-Entity v2 (`QUERY_TYPES`), as the paper's table 5 does: mean NDCG@10 and @100 of each, and the p-value
+of a two-sided paired t-test over the queries (ranx's `compare`, stat_test="student"; BLP's `retrieval.py` runs
+scipy's `ttest_rel` over all queries).
 
 Files (every format error names `<file>:<line>`):
   run      `qid Q0 docid rank score tag`, whitespace-separated (TREC); the rank column is not read back into
@@ -27,11 +32,12 @@ import dataclasses
 import json
 import math
 import re
+import warnings
 
 from absl import logging
 from etils import epath
 import numpy as np
-import pytrec_eval
+import ranx
 
 from docent_jax import outputs
 from docent_jax.data import io
@@ -45,6 +51,20 @@ ALPHAS: tuple[float, ...] = tuple(float(alpha) for alpha in np.linspace(0.0, 1.0
 # BLP chooses alpha by NDCG@100 on the training queries and reports NDCG@10 and NDCG@100.
 SELECTION_CUTOFF = 100
 CUTOFFS = (10, 100)
+# How a query's and an entity's vectors are compared: BLP's inner product (eq. 4), or the cosine.
+SIMILARITIES = ("inner_product", "cosine")
+# DBpedia-Entity v2's query types by query-id prefix, named as the collection's per-type folds files name them
+# (folds/SemSearch-ES.json, INEX-LD.json, ListSearch.json, QALD2.json hold exactly these queries).
+QUERY_TYPES: dict[str, tuple[str, ...]] = {
+    "SemSearch-ES": ("SemSearch_ES-",),
+    "INEX-LD": ("INEX_LD-",),
+    "ListSearch": ("INEX_XER-", "SemSearch_LS-", "TREC_Entity-"),
+    "QALD2": ("QALD2_tr-", "QALD2_te-"),
+}
+ALL_QUERIES = "all"
+# When numba compiles ranx's NDCG (its first use after installation), it warns of a uint64 -> int64 cast that
+# loses nothing here.
+_NUMBA_CAST = "unsafe cast from uint64 to int64"
 # `<dbpedia:Albert_Einstein>`: a prefixed resource name in angle brackets.
 _PREFIXED_RESOURCE = re.compile(r"<[^:<>]+:(.+)>")
 
@@ -225,22 +245,31 @@ def bm25_run(queries: Mapping[str, str], entity_texts: Mapping[str, str], depth:
   return run
 
 
-def cosine_run(candidates: Run, query_ids: Sequence[str], query_vectors: np.ndarray,
-               entity_ids: Sequence[str], entity_vectors: np.ndarray) -> Run:
-  """The cosine similarity between each query's vector and each of its candidates' vectors (rows of the given
-  matrices, in the order of the id lists); a candidate without a vector gets 0, as in BLP."""
-  unit = lambda vectors: vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-  queries, entities = unit(np.asarray(query_vectors, np.float64)), unit(np.asarray(entity_vectors, np.float64))
+def check_similarity(similarity: str) -> None:
+  """A ValueError naming the `similarity` key unless it is one of `SIMILARITIES`."""
+  if similarity not in SIMILARITIES:
+    raise ValueError(f"similarity={similarity!r}: must be one of {', '.join(map(repr, SIMILARITIES))}.")
+
+
+def similarity_run(candidates: Run, query_ids: Sequence[str], query_vectors: np.ndarray,
+                   entity_ids: Sequence[str], entity_vectors: np.ndarray, similarity: str = "inner_product") -> Run:
+  """The similarity (`SIMILARITIES`) between each query's vector and each of its candidates' vectors (rows of the
+  given matrices, in the order of the id lists); a candidate without a vector gets 0, as in BLP."""
+  check_similarity(similarity)
+  queries, entities = np.asarray(query_vectors, np.float64), np.asarray(entity_vectors, np.float64)
+  if similarity == "cosine":
+    unit = lambda vectors: vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    queries, entities = unit(queries), unit(entities)
   query_row = {query: row for row, query in enumerate(query_ids)}
   entity_row = {entity: row for row, entity in enumerate(entity_ids)}
-  similarity: Run = {}
+  scored: Run = {}
   for query, scores in candidates.items():
     with_vector = [entity for entity in scores if entity in entity_row]
-    similarity[query] = {entity: 0.0 for entity in scores}
+    scored[query] = {entity: 0.0 for entity in scores}
     if with_vector:
-      cosines = entities[[entity_row[entity] for entity in with_vector]] @ queries[query_row[query]]
-      similarity[query].update(zip(with_vector, map(float, cosines)))
-  return similarity
+      products = entities[[entity_row[entity] for entity in with_vector]] @ queries[query_row[query]]
+      scored[query].update(zip(with_vector, map(float, products)))
+  return scored
 
 
 def combine(first_stage: Run, similarity: Run, alpha: float) -> Run:
@@ -250,17 +279,44 @@ def combine(first_stage: Run, similarity: Run, alpha: float) -> Run:
           for query, scores in first_stage.items()}
 
 
-def ndcg(run: Run, qrels: Qrels, queries: Collection[str], cutoff: int) -> dict[str, float]:
-  """trec_eval's NDCG@cutoff of each query of `queries` (all judged in `qrels`); 0 for one without a ranking."""
+def _entity_keys(qrels: Qrels, runs: Sequence[Run], queries: Collection[str]) -> dict[str, str]:
+  # ranx stores ids in numpy string arrays as wide as the longest id, and numba compiles its code anew (seconds)
+  # for every new width; every entity gets a key of one width instead, the same for any collection.
+  entities = {entity for query in queries for scores in (qrels[query], *(run.get(query, {}) for run in runs))
+              for entity in scores}
+  return {entity: f"{i:012d}" for i, entity in enumerate(sorted(entities))}
+
+
+def _ranx_qrels(qrels: Qrels, queries: Collection[str], keys: Mapping[str, str]) -> ranx.Qrels:
+  return ranx.Qrels({query: {keys[entity]: grade for entity, grade in qrels[query].items()} for query in queries})
+
+
+def _ranx_run(run: Run, queries: Collection[str], keys: Mapping[str, str], name: str) -> ranx.Run:
+  # ranx orders equal scores as an unstable sort leaves them; each entity's score is its position in the ranking
+  # as trec_eval orders it instead, so ties are broken as trec_eval breaks them. A query without a ranking is
+  # empty, and scores 0.
+  positions = {}
+  for query in queries:
+    entities = ranked(run.get(query, {}))
+    positions[query] = {keys[entity]: float(len(entities) - i) for i, (entity, _) in enumerate(entities)}
+  return ranx.Run(positions, name=name)
+
+
+def _check_judged(qrels: Qrels, queries: Collection[str]) -> None:
   unjudged = sorted(query for query in queries if query not in qrels)
   if unjudged:
     raise ValueError(f"{len(unjudged)} queries have no judgements, e.g. {unjudged[:3]}.")
-  measure = f"ndcg_cut_{cutoff}"
-  evaluator = pytrec_eval.RelevanceEvaluator({query: qrels[query] for query in queries}, {measure})
-  # pytrec_eval takes Python floats only (not numpy's).
-  found = evaluator.evaluate({query: {entity: float(score) for entity, score in run[query].items()}
-                              for query in queries if run.get(query)})
-  return {query: found[query][measure] if query in found else 0.0 for query in queries}
+
+
+def ndcg(run: Run, qrels: Qrels, queries: Collection[str], cutoff: int) -> dict[str, float]:
+  """trec_eval's NDCG@cutoff of each query of `queries` (all judged in `qrels`); 0 for one without a ranking."""
+  _check_judged(qrels, queries)
+  keys = _entity_keys(qrels, [run], queries)
+  ranx_run = _ranx_run(run, queries, keys, "run")
+  with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message=_NUMBA_CAST)
+    ranx.evaluate(_ranx_qrels(qrels, queries, keys), ranx_run, f"ndcg@{cutoff}")
+  return {query: float(ranx_run.scores[f"ndcg@{cutoff}"][query]) for query in queries}
 
 
 def mean_ndcg(run: Run, qrels: Qrels, queries: Collection[str], cutoff: int) -> float:
@@ -289,6 +345,48 @@ def rerank_folds(first_stage: Run, similarity: Run, qrels: Qrels, folds: Mapping
     tested = {query: first_stage.get(query, {}) for query in fold.testing}
     run.update(combine(tested, similarity, choices[name].alpha))
   return run, choices
+
+
+def query_type(query: str) -> str | None:
+  """The DBpedia-Entity v2 query type (a key of `QUERY_TYPES`) of a query id, None for an id of none."""
+  return next((name for name, prefixes in QUERY_TYPES.items() if query.startswith(prefixes)), None)
+
+
+def query_groups(queries: Iterable[str]) -> dict[str, list[str]]:
+  """`ALL_QUERIES` -> every query, then each query type that has queries -> its queries, in the given order."""
+  queries = list(queries)
+  groups = {ALL_QUERIES: queries}
+  for name in QUERY_TYPES:
+    members = [query for query in queries if query_type(query) == name]
+    if members:
+      groups[name] = members
+  return groups
+
+
+def compare_by_type(first_stage: Run, reranked: Run, qrels: Qrels, queries: Collection[str]) -> dict[str, float]:
+  """The re-ranked run against the first stage over `queries` (`ALL_QUERIES`) and per query type, keys
+  `<group>/num_queries`, `<group>/first_stage/ndcg@k`, `<group>/ndcg@k` (the re-ranked run's) and
+  `<group>/p_value_ndcg@k`: the two-sided paired t-test of the two runs' per-query NDCG@k, for k in `CUTOFFS`."""
+  metrics = [f"ndcg@{cutoff}" for cutoff in CUTOFFS]
+  results: dict[str, float] = {}
+  for group, members in query_groups(queries).items():
+    _check_judged(qrels, members)
+    keys = _entity_keys(qrels, [first_stage, reranked], members)
+    runs = [_ranx_run(first_stage, members, keys, "first_stage"), _ranx_run(reranked, members, keys, "reranked")]
+    with warnings.catch_warnings():
+      warnings.filterwarnings("ignore", message=_NUMBA_CAST)
+      # scipy's t-test warns, and gives NaN, where the differences have no spread (all 0) or there is one query;
+      # neither is evidence of a difference: p = 1.
+      warnings.filterwarnings("ignore", category=RuntimeWarning)
+      report = ranx.compare(_ranx_qrels(qrels, members, keys), runs, metrics, stat_test="student")
+    tests = report.comparisons[frozenset(("first_stage", "reranked"))]
+    results[f"{group}/num_queries"] = len(members)
+    for metric in metrics:
+      results[f"{group}/first_stage/{metric}"] = report.results["first_stage"][metric]
+      results[f"{group}/{metric}"] = report.results["reranked"][metric]
+      p_value = float(tests[metric]["p_value"])
+      results[f"{group}/p_value_{metric}"] = p_value if math.isfinite(p_value) else 1.0
+  return results
 
 
 def queries_with_relevant(run: Run, qrels: Qrels, queries: Iterable[str], depth: int) -> int:
