@@ -3,7 +3,6 @@ import math
 import re
 
 import jax
-import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 import numpy as np
 import pytest
