@@ -121,7 +121,7 @@ def test_a_batch_that_does_not_fit_exits_1_with_one_line_naming_the_need_and_the
             "model.bert.num_attention_heads": 4, "model.bert.intermediate_size": 256, "model.dim": 16,
             "data.max_len": 512, "train.global_batch_size": 65536}
   command = [sys.executable, "-m", "docent_jax.compile_for_tpu", "--config=configs/blp.py:wn18rr",
-             "--topology=v5e:2x2", "--batch_compiles=1", f"--output={tmp_path / 'r.json'}",
+             "--topology=v5e:2x2", "--batch_compiles=1", "--num_entities=1024", f"--output={tmp_path / 'r.json'}",
              *[f"--config.{k}={v}" for k, v in values.items()]]
   run = subprocess.run(command, cwd=REPO_ROOT, env=tiny_training.subprocess_env(1), capture_output=True, text=True,
                        timeout=600)
