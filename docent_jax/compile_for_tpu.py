@@ -49,6 +49,7 @@ from docent_jax.evaluation import link_prediction
 from docent_jax.inference import search
 from docent_jax.models import blp_model
 from docent_jax.models import dual_encoder
+from docent_jax.models import entity_table
 from docent_jax.models import pretrained
 from docent_jax.objectives import blp
 from docent_jax.objectives import docent_dual
@@ -257,7 +258,7 @@ def compile_encode(objective: objectives.base.Objective, params: Any, batch_size
 def compile_search(mesh: Any, num_entities: int, dim: int, k: int = 10) -> Any:
   """Exact top-k search (`inference.search.ExactSearch`) of a query batch over `num_entities` vectors split by
   rows over every device."""
-  padded = -(-num_entities // mesh.size) * mesh.size
+  padded = entity_table.padded_rows(num_entities, mesh.size)
   layout = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(tuple(mesh.axis_names)))
   vectors = jax.ShapeDtypeStruct((padded, dim), jnp.float32, sharding=layout)
   queries = jax.ShapeDtypeStruct((_SEARCH_QUERIES, dim), jnp.float32, sharding=parallel.replicated(mesh))
@@ -329,8 +330,8 @@ def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, sh
   started = time.time()
   functions["encode"] = {**compiled_report(lambda: compile_encode(objective, params, eval_batch), chip),
                          "compile_seconds": round(time.time() - started, 1), "batch_size": eval_batch}
-  if "num_entities" in shapes and hasattr(objective, "vector_width"):  # A model with an entity set to search.
-    dim = objective.vector_width()
+  dim = objective.vector_width() if hasattr(objective, "vector_width") else None
+  if "num_entities" in shapes and dim:  # A model with an entity set to search.
     started = time.time()
     functions["search_top_k"] = {**compiled_report(lambda: compile_search(mesh, shapes["num_entities"], dim), chip),
                                  "compile_seconds": round(time.time() - started, 1),
@@ -340,7 +341,7 @@ def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, sh
     started = time.time()
     functions["block_ranking"] = {
         **compiled_report(lambda: link_prediction.lowered_ranking(
-            objective.scoring, shapes["num_entities"], objective.vector_width(), shapes["num_relations"], mesh,
+            objective.scoring, shapes["num_entities"], dim, shapes["num_relations"], mesh,
             batch_size=queries).compile(), chip),
         "compile_seconds": round(time.time() - started, 1), "num_entities": shapes["num_entities"],
         "queries": queries}

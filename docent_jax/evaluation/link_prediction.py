@@ -36,6 +36,7 @@ from docent_jax import parallel
 from docent_jax.data.kg import graph as knowledge_graph
 from docent_jax.evaluation import metrics
 from docent_jax.evaluation import registry
+from docent_jax.models import entity_table
 from docent_jax.models import relations
 
 Array = jax.Array | np.ndarray
@@ -410,7 +411,7 @@ def lowered_ranking(scoring_fn: relations.ScoringFunction, num_entities: int, en
   lays out `rank_split`'s table: rows padded to split over every device, candidate blocks on the device that
   holds their rows. `known_width`: true answers per query filtered out (the batch's largest, a power of 2)."""
   mesh = _auto_axes(mesh)
-  num_rows = -(-num_entities // mesh.size) * mesh.size
+  num_rows = entity_table.padded_rows(num_entities, mesh.size)
   ids, starts, lengths = _candidate_layout(np.arange(num_entities), candidate_block, mesh.size)
   spread = NamedSharding(mesh, PartitionSpec(mesh.axis_names))
   everywhere = parallel.replicated(mesh)
