@@ -33,7 +33,8 @@ setuptools.setup(
         "matplotlib==3.11.2",  # tools/plot_curves.py
         "faiss-cpu==1.15.1",  # inference/search.py: the CPU nearest-neighbour index.
         "tqdm==4.70.1",  # predict.py: the progress bar.
-        "ranx==0.3.21",  # evaluation/entity_reranking.py: trec_eval's NDCG and the paired t-test.
+        "ir-measures==0.4.3",  # evaluation/entity_reranking.py: trec_eval's NDCG (through pytrec_eval).
+        "pytrec-eval-terrier==0.5.11",
     ],
     # A Cloud Storage emulator and gcsfs (epath's gs:// client without TensorFlow) for the gs:// workdir test;
     # hypothesis for the damaged-file test of the readers; pytest-xdist runs the suite on every core.

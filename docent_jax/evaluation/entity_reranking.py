@@ -13,12 +13,12 @@ both included), as the value of best mean NDCG@100 over the fold's training quer
 tie); the fold's testing queries are then scored with it, and the re-ranked run is the union of the testing
 queries' rankings.
 
-NDCG is trec_eval's, computed with ranx: gain = relevance, discount log2(rank + 1), a ranking ordered by score
+NDCG is trec_eval's (`ndcg_cut`, through ir-measures and pytrec_eval): gain = relevance, discount log2(rank + 1), a ranking ordered by score
 with ties broken by entity id, from last to first. A query of the evaluated set without any ranking counts 0, as
 `trec_eval -c` counts it. The re-ranked run is compared with the first stage over all queries and per query type
 of DBpedia-Entity v2 (`QUERY_TYPES`), as the paper's table 5 does: mean NDCG@10 and @100 of each, and the p-value
-of a two-sided paired t-test over the queries (ranx's `compare`, stat_test="student"; BLP's `retrieval.py` runs
-scipy's `ttest_rel` over all queries).
+of a two-sided paired t-test over the queries (scipy's `ttest_rel`, as BLP's `retrieval.py` runs it over all
+queries).
 
 Files (every format error names `<file>:<line>`):
   run      `qid Q0 docid rank score tag`, whitespace-separated (TREC); the rank column is not read back into
@@ -36,8 +36,9 @@ import warnings
 
 from absl import logging
 from etils import epath
+import ir_measures
 import numpy as np
-import ranx
+from scipy import stats
 
 from docent_jax import outputs
 from docent_jax.data import io
@@ -62,9 +63,6 @@ QUERY_TYPES: dict[str, tuple[str, ...]] = {
     "QALD2": ("QALD2_tr-", "QALD2_te-"),
 }
 ALL_QUERIES = "all"
-# When numba compiles ranx's NDCG (its first use after installation), it warns of a uint64 -> int64 cast that
-# loses nothing here.
-_NUMBA_CAST = "unsafe cast from uint64 to int64"
 # `<dbpedia:Albert_Einstein>`: a prefixed resource name in angle brackets.
 _PREFIXED_RESOURCE = re.compile(r"<[^:<>]+:(.+)>")
 
@@ -279,27 +277,11 @@ def combine(first_stage: Run, similarity: Run, alpha: float) -> Run:
           for query, scores in first_stage.items()}
 
 
-def _entity_keys(qrels: Qrels, runs: Sequence[Run], queries: Collection[str]) -> dict[str, str]:
-  # ranx stores ids in numpy string arrays as wide as the longest id, and numba compiles its code anew (seconds)
-  # for every new width; every entity gets a key of one width instead, the same for any collection.
-  entities = {entity for query in queries for scores in (qrels[query], *(run.get(query, {}) for run in runs))
-              for entity in scores}
-  return {entity: f"{i:012d}" for i, entity in enumerate(sorted(entities))}
-
-
-def _ranx_qrels(qrels: Qrels, queries: Collection[str], keys: Mapping[str, str]) -> ranx.Qrels:
-  return ranx.Qrels({query: {keys[entity]: grade for entity, grade in qrels[query].items()} for query in queries})
-
-
-def _ranx_run(run: Run, queries: Collection[str], keys: Mapping[str, str], name: str) -> ranx.Run:
-  # ranx orders equal scores as an unstable sort leaves them; each entity's score is its position in the ranking
-  # as trec_eval orders it instead, so ties are broken as trec_eval breaks them. A query without a ranking is
-  # empty, and scores 0.
-  positions = {}
-  for query in queries:
-    entities = ranked(run.get(query, {}))
-    positions[query] = {keys[entity]: float(len(entities) - i) for i, (entity, _) in enumerate(entities)}
-  return ranx.Run(positions, name=name)
+def _trec_ordered(run: Run, queries: Collection[str]) -> list[ir_measures.ScoredDoc]:
+  # Each entity's score is its position in `ranked`, so that the order is this module's trec_eval order whatever
+  # the evaluator does with equal scores.
+  return [ir_measures.ScoredDoc(query, entity, float(-i))
+          for query in queries for i, (entity, _) in enumerate(ranked(run.get(query, {})))]
 
 
 def _check_judged(qrels: Qrels, queries: Collection[str]) -> None:
@@ -311,12 +293,10 @@ def _check_judged(qrels: Qrels, queries: Collection[str]) -> None:
 def ndcg(run: Run, qrels: Qrels, queries: Collection[str], cutoff: int) -> dict[str, float]:
   """trec_eval's NDCG@cutoff of each query of `queries` (all judged in `qrels`); 0 for one without a ranking."""
   _check_judged(qrels, queries)
-  keys = _entity_keys(qrels, [run], queries)
-  ranx_run = _ranx_run(run, queries, keys, "run")
-  with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message=_NUMBA_CAST)
-    ranx.evaluate(_ranx_qrels(qrels, queries, keys), ranx_run, f"ndcg@{cutoff}")
-  return {query: float(ranx_run.scores[f"ndcg@{cutoff}"][query]) for query in queries}
+  judged = [ir_measures.Qrel(query, entity, grade) for query in queries for entity, grade in qrels[query].items()]
+  found = {metric.query_id: metric.value
+           for metric in ir_measures.iter_calc([ir_measures.nDCG @ cutoff], judged, _trec_ordered(run, queries))}
+  return {query: float(found.get(query, 0.0)) for query in queries}
 
 
 def mean_ndcg(run: Run, qrels: Qrels, queries: Collection[str], cutoff: int) -> float:
@@ -367,25 +347,20 @@ def compare_by_type(first_stage: Run, reranked: Run, qrels: Qrels, queries: Coll
   """The re-ranked run against the first stage over `queries` (`ALL_QUERIES`) and per query type, keys
   `<group>/num_queries`, `<group>/first_stage/ndcg@k`, `<group>/ndcg@k` (the re-ranked run's) and
   `<group>/p_value_ndcg@k`: the two-sided paired t-test of the two runs' per-query NDCG@k, for k in `CUTOFFS`."""
-  metrics = [f"ndcg@{cutoff}" for cutoff in CUTOFFS]
   results: dict[str, float] = {}
   for group, members in query_groups(queries).items():
-    _check_judged(qrels, members)
-    keys = _entity_keys(qrels, [first_stage, reranked], members)
-    runs = [_ranx_run(first_stage, members, keys, "first_stage"), _ranx_run(reranked, members, keys, "reranked")]
-    with warnings.catch_warnings():
-      warnings.filterwarnings("ignore", message=_NUMBA_CAST)
-      # scipy's t-test warns, and gives NaN, where the differences have no spread (all 0) or there is one query;
-      # neither is evidence of a difference: p = 1.
-      warnings.filterwarnings("ignore", category=RuntimeWarning)
-      report = ranx.compare(_ranx_qrels(qrels, members, keys), runs, metrics, stat_test="student")
-    tests = report.comparisons[frozenset(("first_stage", "reranked"))]
     results[f"{group}/num_queries"] = len(members)
-    for metric in metrics:
-      results[f"{group}/first_stage/{metric}"] = report.results["first_stage"][metric]
-      results[f"{group}/{metric}"] = report.results["reranked"][metric]
-      p_value = float(tests[metric]["p_value"])
-      results[f"{group}/p_value_{metric}"] = p_value if math.isfinite(p_value) else 1.0
+    for cutoff in CUTOFFS:
+      before = list(ndcg(first_stage, qrels, members, cutoff).values())
+      after = list(ndcg(reranked, qrels, members, cutoff).values())
+      with warnings.catch_warnings():
+        # scipy warns, and gives NaN, where the differences have no spread (all 0) or there is one query; neither
+        # is evidence of a difference: p = 1.
+        warnings.filterwarnings("ignore", category=RuntimeWarning)
+        p_value = float(stats.ttest_rel(after, before).pvalue)
+      results[f"{group}/first_stage/ndcg@{cutoff}"] = float(np.mean(before))
+      results[f"{group}/ndcg@{cutoff}"] = float(np.mean(after))
+      results[f"{group}/p_value_ndcg@{cutoff}"] = p_value if math.isfinite(p_value) else 1.0
   return results
 
 
