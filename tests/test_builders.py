@@ -142,6 +142,22 @@ def _write_fruit_kg(directory: pathlib.Path) -> pathlib.Path:
   return directory
 
 
+def test_training_triples_among_a_fraction_of_the_training_entities(wordnet_subgraph):
+  kg = wordnet_subgraph
+  assert knowledge_graph.triples_among_training_entities(kg, 1.0, seed=0) is kg.triples["train"]
+  half = knowledge_graph.triples_among_training_entities(kg, 0.5, seed=0)
+  entities = np.unique(half[:, [0, 2]])
+  assert len(entities) <= 400 and np.isin(entities, kg.entity_split["train"]).all()
+  # Every training triple between two entities of the subset is kept, and only those.
+  subset = np.isin(kg.triples["train"][:, [0, 2]], entities).all(axis=1)
+  assert 0 < len(half) < len(kg.triples["train"])
+  assert {tuple(t) for t in half} == {tuple(t) for t in kg.triples["train"][subset]}
+  assert np.array_equal(half, knowledge_graph.triples_among_training_entities(kg, 0.5, seed=0))
+  assert not np.array_equal(half, knowledge_graph.triples_among_training_entities(kg, 0.5, seed=1))
+  with pytest.raises(ValueError, match="in \\(0, 1\\], not 0"):
+    knowledge_graph.triples_among_training_entities(kg, 0.0, seed=0)
+
+
 def test_generic_directory_builder(tmp_path, tfds_dir):
   directory = _write_fruit_kg(tmp_path / "My KG")
   kg = knowledge_graph.load_knowledge_graph(os.fspath(directory), data_dir=tfds_dir)

@@ -20,7 +20,7 @@ def _init(name, config=CONFIG):
   return encoder, nn.unbox(encoder.init(jax.random.key(0), tokens)["params"])
 
 
-@pytest.mark.parametrize("name", ["bert", "bow", "cnn"])
+@pytest.mark.parametrize("name", ["bert", "bert_mean", "bow", "cnn"])
 @pytest.mark.parametrize("pad", [0, 1])  # BERT's padding id, and RoBERTa's.
 def test_encoders_map_texts_to_dim_and_ignore_extra_padding(name, pad):
   encoder, params = _init(name, dataclasses.replace(CONFIG, pad_token_id=pad))
@@ -49,13 +49,23 @@ def test_bag_of_words_with_dim_zero_is_the_mean_itself_of_the_embeddings_width()
   assert text_encoders.output_dim(0, CONFIG) == CONFIG.hidden_size and text_encoders.output_dim(8, CONFIG) == 8
 
 
+def test_bert_mean_with_dim_zero_is_the_mean_of_berts_outputs_over_the_word_pieces():
+  encoder = text_encoders.create_encoder("bert_mean", CONFIG, dim=0, dtype=jnp.float32)
+  tokens = jnp.array([[2, 7, 3, 0, 0]])
+  params = nn.unbox(encoder.init(jax.random.key(0), tokens)["params"])
+  assert set(params) == {"bert"}
+  hidden = bert.BertModel(CONFIG, add_pooler=False).apply({"params": params["bert"]}, tokens[:, :3],
+                                                          jnp.ones((1, 3), jnp.int32)).last_hidden_state
+  np.testing.assert_allclose(encoder.apply({"params": params}, tokens)[0], hidden[0].mean(0), atol=1e-5)
+
+
 @pytest.mark.parametrize("name, dim", [("bert", 0), ("cnn", 0), ("bow", -1)])
 def test_dim_zero_is_refused_outside_bag_of_words(name, dim):
   with pytest.raises(ValueError, match=f"config.model.dim = {dim}"):
     text_encoders.create_encoder(name, CONFIG, dim, jnp.float32)
 
 
-@pytest.mark.parametrize("name", ["bert", "bow", "cnn"])
+@pytest.mark.parametrize("name", ["bert", "bert_mean", "bow", "cnn"])
 def test_pretrained_subtree_addresses_existing_params(name):
   _, params = _init(name)
   bert_params = nn.unbox(bert.BertModel(CONFIG).init(jax.random.key(1), jnp.ones((1, 4), jnp.int32),
@@ -63,7 +73,7 @@ def test_pretrained_subtree_addresses_existing_params(name):
   subtree = text_encoders.pretrained_subtree(name, bert_params)
   for key in subtree:
     assert key in params
-  if name != "bert":
+  if not name.startswith("bert"):
     assert subtree["word_embeddings"]["embedding"].shape == params["word_embeddings"]["embedding"].shape
 
 

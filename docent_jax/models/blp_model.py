@@ -30,7 +30,7 @@ class BlpModel(nn.Module):
 
 def encoder_path(config: ml_collections.ConfigDict) -> tuple[str, ...]:
   """Where the text encoder's params sit in the model's params: BERT's under encoder/bert, others' under encoder."""
-  return ("encoder", "bert") if config.model.encoder == "bert" else ("encoder",)
+  return ("encoder", "bert") if config.model.encoder in ("bert", "bert_mean") else ("encoder",)
 
 
 def create(config: ml_collections.ConfigDict, vocab_size: int,

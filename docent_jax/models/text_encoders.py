@@ -1,9 +1,11 @@
-"""Text -> vector encoders for entity descriptions: BERT [CLS], bag of words (BE-BOW), CNN (DKRL).
+"""Text -> vector encoders for entity descriptions: BERT [CLS] or mean, bag of words (BE-BOW), CNN (DKRL).
 
-All three read the same word-piece ids (padding id 0) and end in a linear map to `dim`, so an
+All read the same word-piece ids (padding id 0) and end in a linear map to `dim` (or none, `UNPROJECTED`), so an
 objective can swap them with one config value. The bag-of-words and CNN encoders start from BERT's
 input word-piece embeddings, as in the BLP paper's baselines.
 """
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -27,16 +29,24 @@ def _embed_words(tokens: jax.Array, config: bert.BertConfig, dtype: jnp.dtype) -
 
 
 class BertEncoder(nn.Module):
-  """BLP's encoder: the [CLS] output of BERT, linearly mapped to `dim`."""
+  """BLP's encoder: the [CLS] output of BERT, linearly mapped to `dim`. With `pooling` "mean", the mean of BERT's
+  outputs over the description's word pieces instead, as Sentence-BERT pools (BLP's SBERT baselines); with `dim`
+  0 that mean itself, of BERT's width."""
   config: bert.BertConfig
   dim: int
   dtype: jnp.dtype = jnp.float32
+  pooling: str = "cls"
 
   @nn.compact
   def __call__(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
+    mask = bert.attention_mask(tokens, self.config)
     output = bert.BertModel(self.config, dtype=self.dtype, add_pooler=False, name="bert")(
-        tokens, attention_mask=bert.attention_mask(tokens, self.config), deterministic=deterministic)
-    return _projection(self.dim, self.dtype)(output.last_hidden_state[:, 0]).astype(jnp.float32)
+        tokens, attention_mask=mask, deterministic=deterministic)
+    pooled = (bert.mean_pool(output.last_hidden_state, mask) if self.pooling == "mean"
+              else output.last_hidden_state[:, 0])
+    if not self.dim:
+      return pooled.astype(jnp.float32)
+    return _projection(self.dim, self.dtype)(pooled).astype(jnp.float32)
 
 
 class BagOfWordsEncoder(nn.Module):
@@ -82,15 +92,19 @@ class CnnEncoder(nn.Module):
     return (x.sum(axis=1) / jnp.maximum(pooled_mask.sum(axis=1), 1.0)).astype(jnp.float32)
 
 
-ENCODERS = {"bert": BertEncoder, "bow": BagOfWordsEncoder, "cnn": CnnEncoder}
+ENCODERS = {"bert": BertEncoder, "bert_mean": functools.partial(BertEncoder, pooling="mean"),
+            "bow": BagOfWordsEncoder, "cnn": CnnEncoder}
+# Encoders whose vectors may be their pooled inputs as they are (`dim` 0).
+UNPROJECTED = ("bow", "bert_mean")
 
 
 def create_encoder(name: str, config: bert.BertConfig, dim: int, dtype: jnp.dtype) -> nn.Module:
   """Encoder `name` with vectors of width `dim` (bow: 0 for the embeddings' own width, `output_dim`)."""
   if name not in ENCODERS:
     raise ValueError(f"Unknown encoder {name!r}; valid: {sorted(ENCODERS)}.")
-  if dim < 0 or (dim == 0 and name != "bow"):
-    raise ValueError(f"config.model.dim = {dim}: must be at least 1 (0, no linear map, is for the bow encoder).")
+  if dim < 0 or (dim == 0 and name not in UNPROJECTED):
+    raise ValueError(f"config.model.dim = {dim}: must be at least 1 (0, no linear map, is for the encoders "
+                     f"{list(UNPROJECTED)}).")
   return ENCODERS[name](config=config, dim=dim, dtype=dtype, name="encoder")
 
 
@@ -101,6 +115,6 @@ def output_dim(dim: int, config: bert.BertConfig) -> int:
 
 def pretrained_subtree(name: str, bert_params: dict) -> dict:
   """The part of a pretrained BERT's params that seeds encoder `name`, keyed like the encoder's own."""
-  if name == "bert":
+  if name in ("bert", "bert_mean"):
     return {"bert": bert_params}
   return {"word_embeddings": bert_params["embeddings"]["word_embeddings"]}

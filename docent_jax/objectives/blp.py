@@ -54,6 +54,15 @@ class BlpObjective(base.Objective):
     if config.data.get("drop_stopwords", False):
       texts = tokenization.without_stopwords(texts)
     self.entity_tokens = tokenization.tokenize_texts(self.tokenizer, texts, config.data.max_len)
+    fraction = config.data.get("train_entity_fraction", 1.0)
+    self.train_triples = knowledge_graph.triples_among_training_entities(self.graph, fraction, config.seed)
+    if not len(self.train_triples):
+      raise ValueError(f"config.data.train_entity_fraction={fraction}: no training triple of {self.graph.name} has "
+                       "both entities among that fraction of its training entities.")
+    if fraction < 1.0:
+      logging.info("Training on the %d triples among %.0f%% of the %d training entities (of %d triples).",
+                   len(self.train_triples), 100 * fraction, len(self.graph.entity_split["train"]),
+                   len(self.graph.triples["train"]))
     self._build(self.tokenizer.vocab_size, self.graph.num_relations)
     _, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
     logging.info("%s: %d entities, %d relations, triples %s.", self.graph.name, self.graph.num_entities,
@@ -120,7 +129,7 @@ class BlpObjective(base.Objective):
 
   def train_batches(self, seed: int) -> Any:
     return pipeline.triple_batches(
-        self.graph.triples["train"], self.entity_tokens,
+        self.train_triples, self.entity_tokens,
         global_batch_size=self.config.train.global_batch_size, seed=seed,
         short_half_width=self.config.model.get("short_half_width", 0) if self.config.model.encoder == "bert" else 0,
         pad_id=self.tokenizer.pad_token_id)

@@ -68,6 +68,19 @@ class KnowledgeGraph:
     return np.concatenate([self.triples[split] for split in SPLITS])
 
 
+def triples_among_training_entities(graph: KnowledgeGraph, fraction: float, seed: int) -> np.ndarray:
+  """The training triples whose head and tail are both among `fraction` of the training entities, drawn
+  uniformly with `seed` (BLP's Fig. 2 trains on such subsets and tests on the same test set)."""
+  if not 0.0 < fraction <= 1.0:
+    raise ValueError(f"The fraction of training entities must be in (0, 1], not {fraction}.")
+  triples = graph.triples["train"]
+  if fraction == 1.0:
+    return triples
+  entities = graph.entity_split["train"]
+  kept = np.random.default_rng(seed).choice(entities, size=round(fraction * len(entities)), replace=False)
+  return triples[np.isin(triples[:, 0], kept) & np.isin(triples[:, 2], kept)]
+
+
 def make_builder(dataset: str, *, data_dir: epath.PathLike | None = None,
                  max_entities: int | None = None, seed: int = 0) -> kg_builders.KnowledgeGraphBuilder:
   """The TFDS builder for a registered name ('wn18rr', 'wordnet_kg/subgraph_3000') or a directory."""
