@@ -14,6 +14,7 @@ are the same at every fraction. The JSON holds, per fraction, the subset's size,
 import json
 import math
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -26,6 +27,7 @@ matplotlib.use("Agg")  # Files only: no display on a training host.
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))  # configs/, as docent_jax.main finds it.
 from docent_jax.data.kg import graph as knowledge_graph  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
