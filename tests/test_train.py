@@ -258,9 +258,10 @@ def test_a_model_without_training_steps_keeps_its_initial_state(kg_dir, tfds_dir
   _assert_trees_close(jax.device_get(train.Trainer(config, tmp_path).train()[0]), initial, atol=0)
 
 
-def _loss_and_grads(kg_dir, tfds_dir, shape=(1, 1), dtype="float32", remat=False):
+def _loss_and_grads(kg_dir, tfds_dir, shape=(1, 1), dtype="float32", remat=False, encoder="bert"):
   """Loss, gradients and param shardings of one step on the tiny KG's first batch, with the given mesh and model."""
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  config.model.encoder = encoder
   config.mesh.shape = shape
   config.model.bert.hidden_size = 64  # Divisible by 4: the model axis really splits the projections.
   config.model.bert.intermediate_size = 128
@@ -279,6 +280,14 @@ def test_sharded_mesh_gives_single_device_loss_and_gradients(kg_dir, tfds_dir):
   loss_1, grads_1, _ = _loss_and_grads(kg_dir, tfds_dir, (1, 1))
   loss_8, grads_8, specs = _loss_and_grads(kg_dir, tfds_dir, (2, 4))
   assert any("model" in spec for spec in specs), specs
+  assert loss_8 == pytest.approx(loss_1, rel=1e-5)
+  _assert_trees_close(grads_8, grads_1, atol=1e-5)
+
+
+@pytest.mark.parametrize("encoder", ["bert_mean", "bow", "cnn"])
+def test_every_encoder_trains_on_a_sharded_mesh_as_on_one_device(kg_dir, tfds_dir, encoder):
+  loss_1, grads_1, _ = _loss_and_grads(kg_dir, tfds_dir, (1, 1), encoder=encoder)
+  loss_8, grads_8, _ = _loss_and_grads(kg_dir, tfds_dir, (2, 4), encoder=encoder)
   assert loss_8 == pytest.approx(loss_1, rel=1e-5)
   _assert_trees_close(grads_8, grads_1, atol=1e-5)
 

@@ -86,7 +86,8 @@ class CnnEncoder(nn.Module):
     x = nn.max_pool(x, (self.pool_size,), strides=(self.pool_size,), padding="SAME")
     pooled_mask = nn.max_pool(mask, (self.pool_size,), strides=(self.pool_size,), padding="SAME")
     x = jnp.where(pooled_mask > 0, x, 0.0)
-    conv2_init = nn.with_logical_partitioning(nn.initializers.xavier_uniform(), (None, "features", "features"))
+    # One logical axis per kernel dimension: the output channels split as the first convolution's do.
+    conv2_init = nn.with_logical_partitioning(nn.initializers.xavier_uniform(), (None, None, "features"))
     x = jnp.tanh(nn.Conv(self.dim, (self.kernel_size,), padding="SAME", dtype=self.dtype,
                          kernel_init=conv2_init, name="conv2")(x)) * pooled_mask
     return (x.sum(axis=1) / jnp.maximum(pooled_mask.sum(axis=1), 1.0)).astype(jnp.float32)
