@@ -1,12 +1,15 @@
-"""Every result a README table prints from a run it links (docs/results/*.json) is in that JSON, as printed."""
+"""Every result a README table prints is in a results file its row links (docs/results/*.json,
+tools/results/*.json), as printed."""
 import json
 import pathlib
 import re
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-RESULTS_LINK = re.compile(r"\((docs/results/[\w./-]+\.json)\)")
+RESULTS_LINK = re.compile(r"\(((?:docs|tools)/results/[\w./-]+\.json)\)")
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])")  # Metrics print with decimals; counts and times do not.
-MEASURED_COLUMN = re.compile(r"\bhere\b|\bbaseline\b")  # Headers of the columns that hold this project's results.
+# Headers of the columns that hold this project's measurements.
+MEASURED_COLUMN = re.compile(r"\bhere\b|\bbaseline\b|GiB per chip|step >=|budget >=|Flax/PyTorch")
+GIB = 1 << 30
 
 
 def _cells(line: str) -> list[str]:
@@ -34,25 +37,46 @@ def _numbers(tree: object) -> list[float]:
   return [float(tree)] if isinstance(tree, (int, float)) and not isinstance(tree, bool) else []
 
 
+def _tpu_report_values(report: dict) -> list[float]:
+  """A compile report's figures in the units the TPU table prints: GiB, ms per step, the budget in s and min."""
+  values = []
+  for function in report["functions"].values():
+    values += [function.get("hbm_bytes_per_device", 0) / GIB, function.get("hbm_capacity_bytes", 0) / GIB,
+               function.get("step_seconds_lower_bound", 0) * 1e3]
+    if "projected_seconds" in function:
+      values += [function["projected_seconds"], function["projected_seconds"] / 60]
+  return values
+
+
+def linked_values(link: str) -> list[float]:
+  results = json.loads((REPO_ROOT / link).read_text())
+  return _numbers(results) + (_tpu_report_values(results) if "/cloud_tpu/" in link else [])
+
+
 def unmatched(printed: list[str], values: list[float]) -> list[str]:
   """The printed decimals that no value rounds to at the printed precision."""
   return [number for number in printed
           if not any(round(value, len(number.split(".")[1])) == float(number) for value in values)]
 
 
-def test_every_measured_number_of_a_row_that_links_its_results_is_in_them():
+def measured(header: list[str], cells: list[str]) -> list[str]:
+  """The decimals a row prints in the columns of this project's measurements."""
+  return [number for column, cell in zip(header, cells) if MEASURED_COLUMN.search(column)
+          for number in DECIMAL.findall(cell)]
+
+
+def test_every_measured_number_of_the_readmes_tables_is_in_the_results_its_row_links():
   checked = 0
   for header, cells in table_rows((REPO_ROOT / "README.md").read_text()):
-    links = RESULTS_LINK.findall(" ".join(cells))
-    if not links:
+    printed = measured(header, cells)
+    if not printed:
       continue
-    values = [n for link in links for n in _numbers(json.loads((REPO_ROOT / link).read_text()))]
-    printed = [number for column, cell in zip(header, cells) if MEASURED_COLUMN.search(column)
-               for number in DECIMAL.findall(cell)]
-    assert printed, (cells, "links results but prints none of them")
+    links = RESULTS_LINK.findall(" ".join(cells))
+    assert links, (cells, "prints results but links no results file")
+    values = [n for link in links for n in linked_values(link)]
     assert not unmatched(printed, values), (cells, unmatched(printed, values), links)
     checked += len(printed)
-  assert checked >= 10  # The README's linked rows print at least this many results.
+  assert checked >= 40  # The README's tables print at least this many results.
 
 
 def test_a_number_that_its_results_do_not_hold_is_caught():
@@ -61,3 +85,7 @@ def test_a_number_that_its_results_do_not_hold_is_caught():
   assert unmatched(["0.736", "0.0363", "0.74"], values) == ["0.736", "0.74"]
   rows = table_rows("| model | best here |\n|---|---|\n| a | 0.5 |\n\ntext\n| x |\n|---|\n| 1 |\n")
   assert rows == [(["model", "best here"], ["a", "0.5"]), (["x"], ["1"])]
+  assert measured(["model", "best here", "paper"], ["a (0.3)", "0.5 ± 0.1", "0.9"]) == ["0.5", "0.1"]
+  report = {"functions": {"train_step": {"hbm_bytes_per_device": 2136746229, "hbm_capacity_bytes": 34359738368,
+                                         "step_seconds_lower_bound": 0.0205, "projected_seconds": 892.2}}}
+  assert unmatched(["1.99", "20.5", "14.9"], _tpu_report_values(report)) == []
