@@ -38,7 +38,8 @@ RESTART_SAFE_KEYS = ("mesh", "data.num_workers", "data.prefetch", "model.remat",
                      "baselines", "finetune", "num_seeds")
 # Keys added to the configs after runs were recorded, each with the value that trains as the runs before it
 # did: a recorded config without the key reads as having that value, so that those runs still resume.
-ADDED_KEYS = {"optim.schedule": "linear", "data.drop_stopwords": False, "data.setting": "inductive"}
+ADDED_KEYS = {"optim.schedule": "linear", "data.drop_stopwords": False, "data.setting": "inductive",
+              "model.entity_rows_multiple": 1, "data.train_entity_fraction": 1.0}
 
 
 class ConfigMismatchError(RuntimeError):

@@ -481,7 +481,8 @@ def test_a_run_recorded_before_a_key_was_added_resumes_only_with_the_earlier_val
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   checkpoints.guard_workdir_config(tmp_path, config)
   recorded = json.loads((tmp_path / checkpoints.CONFIG_FILE).read_text())
-  del recorded["optim"]["schedule"], recorded["data"]["drop_stopwords"]  # As a run before these keys wrote it.
+  # As a run before these keys wrote it.
+  del recorded["optim"]["schedule"], recorded["data"]["drop_stopwords"], recorded["data"]["train_entity_fraction"]
   (tmp_path / checkpoints.CONFIG_FILE).write_text(json.dumps(recorded))
   (tmp_path / "checkpoints" / "2").mkdir(parents=True)
   checkpoints.guard_workdir_config(tmp_path, config)  # "linear" and no stop-word removal: what it trained with.
