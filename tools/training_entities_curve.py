@@ -91,7 +91,8 @@ def main(argv: list[str]) -> None:
     triples = knowledge_graph.triples_among_training_entities(graph, fraction, config.seed)
     steps = scaled_steps(config.train.num_steps, len(triples), all_triples)
     warmup = scaled_steps(config.optim.warmup_steps, len(triples), all_triples) if config.optim.warmup_steps else 0
-    results = run_fraction(config_arg, overrides, fraction, epath.Path(FLAGS.workdir) / f"fraction_{fraction:g}", steps, warmup)
+    workdir = epath.Path(FLAGS.workdir) / f"fraction_{fraction:g}"
+    results = run_fraction(config_arg, overrides, fraction, workdir, steps, warmup)
     points.append({"fraction": fraction, "training_entities": round(fraction * len(graph.entity_split["train"])),
                    "training_triples": len(triples), "num_steps": steps, "warmup_steps": warmup,
                    "test_mrr": {key: value for key, value in results.items() if key.endswith("/" + METRIC)}})

@@ -13,9 +13,9 @@ both included), as the value of best mean NDCG@100 over the fold's training quer
 tie); the fold's testing queries are then scored with it, and the re-ranked run is the union of the testing
 queries' rankings.
 
-NDCG is trec_eval's (`ndcg_cut`, through ir-measures and pytrec_eval): gain = relevance, discount log2(rank + 1), a ranking ordered by score
-with ties broken by entity id, from last to first. A query of the evaluated set without any ranking counts 0, as
-`trec_eval -c` counts it. The re-ranked run is compared with the first stage over all queries and per query type
+NDCG is trec_eval's (`ndcg_cut`, through ir-measures and pytrec_eval): gain = relevance, discount
+log2(rank + 1), a ranking ordered by score with ties broken by entity id, from last to first. A query of the
+evaluated set without any ranking counts 0, as `trec_eval -c` counts it. The re-ranked run is compared with the first stage over all queries and per query type
 of DBpedia-Entity v2 (`QUERY_TYPES`), as the paper's table 5 does: mean NDCG@10 and @100 of each, and the p-value
 of a two-sided paired t-test over the queries (scipy's `ttest_rel`, as BLP's `retrieval.py` runs it over all
 queries).
