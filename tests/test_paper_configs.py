@@ -92,7 +92,11 @@ def test_a_paper_setting_outside_the_papers_benchmarks_is_refused(make, arg):
 def _tiny(config, tfds_dir, **shrink_options):
   """The paper setting with a tiny fresh BERT and a few steps (the CPU smoke run a user would start)."""
   config = tiny_training.shrink(config, tfds_dir, **shrink_options)
+  # The paper's tokenizer is a reference to its encoder's directory: setting it would set `pretrained` too (and
+  # load MiniLM in place of the tiny fresh BERT).
+  del config.model["tokenizer"]
   config.model.tokenizer = "minilm-l6"
+  assert config.model.pretrained == ""
   return config
 
 
