@@ -15,10 +15,10 @@ queries' rankings.
 
 NDCG is trec_eval's (`ndcg_cut`, through ir-measures and pytrec_eval): gain = relevance, discount
 log2(rank + 1), a ranking ordered by score with ties broken by entity id, from last to first. A query of the
-evaluated set without any ranking counts 0, as `trec_eval -c` counts it. The re-ranked run is compared with the first stage over all queries and per query type
-of DBpedia-Entity v2 (`QUERY_TYPES`), as the paper's table 5 does: mean NDCG@10 and @100 of each, and the p-value
-of a two-sided paired t-test over the queries (scipy's `ttest_rel`, as BLP's `retrieval.py` runs it over all
-queries).
+evaluated set without any ranking counts 0, as `trec_eval -c` counts it. The re-ranked run is compared with the
+first stage over all queries and per query type of DBpedia-Entity v2 (`QUERY_TYPES`), as the paper's table 5
+does: mean NDCG@10 and @100 of each, and the p-value of a two-sided paired t-test over the queries (scipy's
+`ttest_rel`, as BLP's `retrieval.py` runs it over all queries).
 
 Files (every format error names `<file>:<line>`):
   run      `qid Q0 docid rank score tag`, whitespace-separated (TREC); the rank column is not read back into
@@ -290,13 +290,20 @@ def _check_judged(qrels: Qrels, queries: Collection[str]) -> None:
     raise ValueError(f"{len(unjudged)} queries have no judgements, e.g. {unjudged[:3]}.")
 
 
-def ndcg(run: Run, qrels: Qrels, queries: Collection[str], cutoff: int) -> dict[str, float]:
-  """trec_eval's NDCG@cutoff of each query of `queries` (all judged in `qrels`); 0 for one without a ranking."""
+def ndcg_by_cutoff(run: Run, qrels: Qrels, queries: Collection[str],
+                   cutoffs: Sequence[int]) -> dict[int, dict[str, float]]:
+  """cutoff -> trec_eval's NDCG@cutoff of each query of `queries` (all judged in `qrels`), in one evaluation; 0 for
+  a query without a ranking."""
   _check_judged(qrels, queries)
   judged = [ir_measures.Qrel(query, entity, grade) for query in queries for entity, grade in qrels[query].items()]
-  found = {metric.query_id: metric.value
-           for metric in ir_measures.iter_calc([ir_measures.nDCG @ cutoff], judged, _trec_ordered(run, queries))}
-  return {query: float(found.get(query, 0.0)) for query in queries}
+  found = {(metric.measure.params["cutoff"], metric.query_id): metric.value for metric in ir_measures.iter_calc(
+      [ir_measures.nDCG @ cutoff for cutoff in cutoffs], judged, _trec_ordered(run, queries))}
+  return {cutoff: {query: float(found.get((cutoff, query), 0.0)) for query in queries} for cutoff in cutoffs}
+
+
+def ndcg(run: Run, qrels: Qrels, queries: Collection[str], cutoff: int) -> dict[str, float]:
+  """trec_eval's NDCG@cutoff of each query of `queries` (all judged in `qrels`); 0 for one without a ranking."""
+  return ndcg_by_cutoff(run, qrels, queries, (cutoff,))[cutoff]
 
 
 def mean_ndcg(run: Run, qrels: Qrels, queries: Collection[str], cutoff: int) -> float:
@@ -347,19 +354,21 @@ def compare_by_type(first_stage: Run, reranked: Run, qrels: Qrels, queries: Coll
   """The re-ranked run against the first stage over `queries` (`ALL_QUERIES`) and per query type, keys
   `<group>/num_queries`, `<group>/first_stage/ndcg@k`, `<group>/ndcg@k` (the re-ranked run's) and
   `<group>/p_value_ndcg@k`: the two-sided paired t-test of the two runs' per-query NDCG@k, for k in `CUTOFFS`."""
+  # Each query's NDCG once per run; the groups take their members' values.
+  before, after = (ndcg_by_cutoff(run, qrels, queries, CUTOFFS) for run in (first_stage, reranked))
   results: dict[str, float] = {}
   for group, members in query_groups(queries).items():
     results[f"{group}/num_queries"] = len(members)
     for cutoff in CUTOFFS:
-      before = list(ndcg(first_stage, qrels, members, cutoff).values())
-      after = list(ndcg(reranked, qrels, members, cutoff).values())
+      group_before = [before[cutoff][query] for query in members]
+      group_after = [after[cutoff][query] for query in members]
       with warnings.catch_warnings():
         # scipy warns, and gives NaN, where the differences have no spread (all 0) or there is one query; neither
         # is evidence of a difference: p = 1.
         warnings.filterwarnings("ignore", category=RuntimeWarning)
-        p_value = float(stats.ttest_rel(after, before).pvalue)
-      results[f"{group}/first_stage/ndcg@{cutoff}"] = float(np.mean(before))
-      results[f"{group}/ndcg@{cutoff}"] = float(np.mean(after))
+        p_value = float(stats.ttest_rel(group_after, group_before).pvalue)
+      results[f"{group}/first_stage/ndcg@{cutoff}"] = float(np.mean(group_before))
+      results[f"{group}/ndcg@{cutoff}"] = float(np.mean(group_after))
       results[f"{group}/p_value_ndcg@{cutoff}"] = p_value if math.isfinite(p_value) else 1.0
   return results
 
