@@ -95,3 +95,15 @@ def test_supcon_sampling_curve_probes_both_samplings_as_often_under_their_own_na
   assert "report_as" not in runs["supcon_mixed"].evals.frozen
   with pytest.raises(ValueError, match="one source"):
     supcon.get_config("wdc_computers_small,sampling")
+
+
+def test_the_default_configs_all_baselines_adds_blps_other_baselines_beside_make_runs_two():
+  runs = {run.name: run for run in train.model_configs(default.get_config("all_baselines"))}
+  assert set(runs) == {"blp_transe", "be_bow", "be_dkrl", "be_avg", "sbert_mean"}
+  assert {name: runs[name].model.encoder for name in runs} == {
+      "blp_transe": "bert", "be_bow": "bow", "be_dkrl": "cnn", "be_avg": "bow", "sbert_mean": "bert_mean"}
+  assert runs["be_avg"].train.num_steps == runs["sbert_mean"].train.num_steps == 0  # Untrained, as BLP's table 4.
+  assert runs["be_avg"].model.dim == runs["sbert_mean"].model.dim == 0
+  assert {run.name for run in train.model_configs(default.get_config())} == {"blp_transe", "be_bow"}
+  with pytest.raises(ValueError, match="all_baselines"):
+    default.get_config("everything")
