@@ -1,5 +1,5 @@
 """Every result a README table prints is in a results file its row links (docs/results/*.json,
-tools/results/*.json), as printed."""
+tools/results/*.json), as printed; every results table of docs/ links its file or says that none was kept."""
 import json
 import pathlib
 import re
@@ -89,3 +89,42 @@ def test_a_number_that_its_results_do_not_hold_is_caught():
   report = {"functions": {"train_step": {"hbm_bytes_per_device": 2136746229, "hbm_capacity_bytes": 34359738368,
                                          "step_seconds_lower_bound": 0.0205, "projected_seconds": 892.2}}}
   assert unmatched(["1.99", "20.5", "14.9"], _tpu_report_values(report)) == []
+  tables = _tables_with_their_section("# a\nsee (results/x.json)\n\n| m | v |\n|---|---|\n| a | 0.5 |\n\n"
+                                      "# b\n```\n# not a heading\n```\n| m | v |\n|---|---|\n| a | 0.5 |\n\n| n |\n|---|\n| 3 |\n")
+  assert [bool(DOCS_RESULTS_LINK.search(prose + table)) for prose, table in tables] == [True, False]
+
+
+def _tables_with_their_section(markdown: str) -> list[tuple[str, str]]:
+  """(the prose from the table's heading down to the table and the paragraph after it, the table) for every table
+  that prints a decimal."""
+  lines, tables = markdown.splitlines(), []
+  section_start, in_code, i = 0, False, 0
+  while i < len(lines):
+    line = lines[i]
+    in_code ^= line.startswith("```")
+    if not in_code and line.startswith("#"):
+      section_start = i
+    if not in_code and line.startswith("|"):
+      start = i
+      while i < len(lines) and lines[i].startswith("|"):
+        i += 1
+      table = "\n".join(lines[start:i])
+      if DECIMAL.search("\n".join(lines[start + 2:i])):
+        after = i + 1
+        while after < len(lines) and lines[after].strip() and not lines[after].startswith(("#", "|")):
+          after += 1
+        tables.append(("\n".join(lines[section_start:start] + lines[i:after]), table))
+      continue
+    i += 1
+  return tables
+
+
+DOCS_RESULTS_LINK = re.compile(r"\((?:\.\./)?(?:docs/|tools/)?results/[\w./-]+\.json\)")
+NONE_KEPT = re.compile(r"results\.json (?:was |were )?not kept|kept no results\.json|JSON was not kept")
+
+
+def test_every_docs_table_names_its_results_file_or_says_none_was_kept():
+  for page in sorted((REPO_ROOT / "docs").glob("*.md")):
+    for prose, table in _tables_with_their_section(page.read_text()):
+      text = prose + table
+      assert DOCS_RESULTS_LINK.search(text) or NONE_KEPT.search(text), (page.name, table.splitlines()[2][:120])
