@@ -20,6 +20,7 @@ from absl import logging
 from docent_jax import checkpoints
 from docent_jax import config_schema
 from docent_jax import outputs
+from docent_jax import run_dir as run_dirs
 from docent_jax.data import io
 
 # 128 + SIGTERM: what a shell reports for a process ended by SIGTERM.
@@ -27,7 +28,7 @@ EXIT_TERMINATED = 143
 # Faults whose message says what happened and what to do; a traceback would bury it.
 USER_FAULTS: tuple[type[BaseException], ...] = (
     outputs.OutputError, outputs.DamagedFileError, io.DataFormatError, checkpoints.CheckpointError,
-    checkpoints.WorkdirLockedError, checkpoints.ConfigMismatchError, checkpoints.DataMismatchError,
+    run_dirs.WorkdirLockedError, run_dirs.ConfigMismatchError, run_dirs.DataMismatchError,
     FileNotFoundError, NotADirectoryError, PermissionError)
 
 flags.DEFINE_bool("library_logs", False, "Also show the INFO logs of libraries (Orbax, JAX, TFDS, grain, ...); "

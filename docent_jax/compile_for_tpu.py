@@ -44,7 +44,7 @@ from docent_jax import cli
 from docent_jax import objectives
 from docent_jax import outputs
 from docent_jax import parallel
-from docent_jax import train
+from docent_jax import trainer as trainers
 from docent_jax.evaluation import link_prediction
 from docent_jax.inference import search
 from docent_jax.models import blp_model
@@ -226,7 +226,7 @@ def compile_train_step(config: ml_collections.ConfigDict, objective: objectives.
   config = ml_collections.ConfigDict(config.to_dict())
   config.train.global_batch_size = global_batch_size
   objective.config = config
-  trainer = train.Trainer(config, "unused", objective=objective)
+  trainer = trainers.Trainer(config, "unused", objective=objective)
   state = trainer.abstract_state()
   batch = objective.batch_shapes(global_batch_size)
   sharding = parallel.batch_sharding(trainer.mesh)
@@ -326,7 +326,7 @@ def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, sh
     train_step["batches_tried"] = {str(batch): needed for batch, needed in sorted(measured.items())}
   functions = {"train_step": train_step}
   eval_batch = config.eval.batch_size
-  params = train.Trainer(config, "unused", objective=objective).abstract_state().params
+  params = trainers.Trainer(config, "unused", objective=objective).abstract_state().params
   started = time.time()
   functions["encode"] = {**compiled_report(lambda: compile_encode(objective, params, eval_batch), chip),
                          "compile_seconds": round(time.time() - started, 1), "batch_size": eval_batch}

@@ -14,9 +14,10 @@ from docent_jax import checkpoints
 from docent_jax import cli
 from docent_jax import config_schema
 from docent_jax import cpu_flags
+from docent_jax import experiment
 from docent_jax import host_memory
 from docent_jax import parallel
-from docent_jax import train
+from docent_jax import trainer as trainers
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config (a configs/*.py file, optionally :arg).",
@@ -61,11 +62,11 @@ def main(argv: list[str]) -> None:
                  host_memory.description(), host_memory.OVERRIDE_VARIABLE)
   try:
     if FLAGS.mode == "train":
-      train.train_and_evaluate(FLAGS.config, FLAGS.workdir, take_over_other_hosts=FLAGS.resume_preempted,
+      experiment.train_and_evaluate(FLAGS.config, FLAGS.workdir, take_over_other_hosts=FLAGS.resume_preempted,
                                runs=FLAGS.runs)
     else:
-      train.evaluate(FLAGS.config, FLAGS.workdir, force=FLAGS.force, runs=FLAGS.runs)
-  except train.Preempted as stop:
+      experiment.evaluate(FLAGS.config, FLAGS.workdir, force=FLAGS.force, runs=FLAGS.runs)
+  except trainers.Preempted as stop:
     logging.error("%s", stop)
     sys.exit(cli.EXIT_TERMINATED)
   except checkpoints.CheckpointWriteError as error:
@@ -74,7 +75,7 @@ def main(argv: list[str]) -> None:
     logging.flush()
     sys.stderr.flush()
     os._exit(1)
-  except train.IncompleteRunError as error:  # The message says what to do; a traceback would bury it.
+  except trainers.IncompleteRunError as error:  # The message says what to do; a traceback would bury it.
     logging.error("%s", error)
     sys.exit(1)
 

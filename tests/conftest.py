@@ -17,7 +17,7 @@ import fsspec
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-from docent_jax import train
+from docent_jax import experiment
 import gcs_server
 import kg_fixtures
 import review_fixtures
@@ -90,7 +90,7 @@ def reviews_tfds_dir(tmp_path_factory) -> pathlib.Path:
 def docent_dual_run(reviews_dir, reviews_tfds_dir, tmp_path_factory) -> tuple[pathlib.Path, dict[str, float]]:
   """The tiny DOCENT-DUAL config trained and evaluated once: (its workdir, its results)."""
   workdir = tmp_path_factory.mktemp("docent_dual_run")
-  return workdir, train.train_and_evaluate(review_fixtures.tiny_config(reviews_dir, reviews_tfds_dir), workdir)
+  return workdir, experiment.train_and_evaluate(review_fixtures.tiny_config(reviews_dir, reviews_tfds_dir), workdir)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 
 from configs import supcon as supcon_config
 from docent_jax import compile_for_tpu
-from docent_jax import train
+from docent_jax import trainer as trainers
 import kg_fixtures
 import review_fixtures
 import tiny_training
@@ -22,7 +22,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 NUM_ENTITIES = 812  # DOCENT's movies: they do not divide over 8 chips, the table's padded rows (896) do.
 
 
-def _sharded_params(trainer: train.Trainer) -> dict[str, tuple[int, ...]]:
+def _sharded_params(trainer: trainers.Trainer) -> dict[str, tuple[int, ...]]:
   """Path -> shape of every param the rules split over some mesh axis."""
   state = trainer.abstract_state()
   return {jax.tree_util.keystr(path): leaf.shape for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]
@@ -49,7 +49,7 @@ def test_docents_entity_table_and_every_sharded_param_stay_sharded_on_a_v5e_8_an
   config.train.global_batch_size = 8
   chip, devices = compile_for_tpu.topology_devices(topology)
   objective = compile_for_tpu.build_objective(config, devices, {"num_entities": NUM_ENTITIES})
-  trainer = train.Trainer(config, "unused", objective=objective)
+  trainer = trainers.Trainer(config, "unused", objective=objective)
   sharded = _sharded_params(trainer)
   assert "['entities']['embedding']" in "".join(sharded)
   # Adam's moments are sharded as their params are.
@@ -155,7 +155,7 @@ def test_universals_step_compiles_from_shapes_alone_with_berts_sharded_params_ne
   config.train.global_batch_size = 8
   chip, devices = compile_for_tpu.topology_devices("v5e:2x4")
   objective = compile_for_tpu.build_objective(config, devices, {})
-  trainer = train.Trainer(config, "unused", objective=objective)
+  trainer = trainers.Trainer(config, "unused", objective=objective)
   sharded = _sharded_params(trainer)
   assert any("intermediate" in path for path in sharded)  # BERT's FFN, over the model axis.
   step = compile_for_tpu.analyse(compile_for_tpu.compile_train_step(config, objective, 8), chip)
@@ -184,7 +184,7 @@ def test_fsdp_splits_params_and_adams_moments_over_the_data_axis_on_a_v4_8():
   for fsdp in (False, True):
     config.mesh.fsdp = fsdp
     objective = compile_for_tpu.build_objective(config, devices, {"num_relations": 3})
-    state = train.Trainer(config, "unused", objective=objective).abstract_state()
+    state = trainers.Trainer(config, "unused", objective=objective).abstract_state()
     kernel = state.params["encoder"]["bert"]["layer_0"]["intermediate"]["kernel"]
     assert kernel.sharding.spec[0] == ("data" if fsdp else None)  # [embed, mlp]: embed over the 4 data shards.
     steps[fsdp] = compile_for_tpu.analyse(compile_for_tpu.compile_train_step(config, objective, 8), chip)

@@ -8,8 +8,8 @@ from configs import default
 from configs import docent
 from configs import supcon
 from configs import universal
+from docent_jax import experiment
 from docent_jax import objectives
-from docent_jax import train
 
 
 def test_unknown_objective_lists_valid_ones():
@@ -34,7 +34,7 @@ def test_model_name_follows_scoring_function():
 
 
 def test_default_config_trains_blp_transe_beside_be_bow():
-  configs = train.model_configs(default.get_config())
+  configs = experiment.model_configs(default.get_config())
   assert [(c.name, c.model.encoder, c.model.scoring) for c in configs] == [
       ("blp_transe", "bert", "transe"), ("be_bow", "bow", "transe")]
   assert configs[1].train.to_dict() == configs[0].train.to_dict()  # Same budget and batches.
@@ -50,13 +50,13 @@ def test_supcon_runs_the_mixed_sampling_ablation_only_on_several_sources():
 def test_supcon_cross_encoder_budget_follows_the_pre_training_steps():
   config = supcon.get_config("abt_buy")
   config.train.num_steps = 30
-  runs = {c.name: c for c in train.model_configs(config)}
+  runs = {c.name: c for c in experiment.model_configs(config)}
   assert runs["cross_encoder"].train.num_steps == 30 + supcon.FINETUNE_STEPS
   assert runs["supcon_trained"].train.num_steps == supcon.FINETUNE_STEPS
 
 
 def test_supcon_runs_each_fine_tuning_after_the_model_it_starts_from():
-  runs = train.model_configs(supcon.get_config("abt_buy"))
+  runs = experiment.model_configs(supcon.get_config("abt_buy"))
   assert [(c.name, c.objective, c.get("model_init", "")) for c in runs] == [
       ("supcon", "supcon", ""), ("supcon_head", "pair_matching", "supcon"), ("supcon_trained", "pair_matching", "supcon"),
       ("cross_encoder", "cross_encoder", ""),
@@ -75,7 +75,7 @@ def test_supcon_runs_each_fine_tuning_after_the_model_it_starts_from():
 def test_every_evaluator_of_every_run_can_be_made_periodic_from_the_command_line(config):
   # A flag such as --config.evals.search.every_steps=500 sets an existing key; it cannot add one.
   config.lock()
-  for run in train.model_configs(config):
+  for run in experiment.model_configs(config):
     for name, entry in run.evals.items():
       assert entry.every_steps >= 0, f"{run.name}: config.evals.{name}"
       entry.every_steps = 7
@@ -85,7 +85,7 @@ def test_supcon_sampling_curve_probes_both_samplings_as_often_under_their_own_na
   config = supcon.get_config("abt_buy,sampling")
   config.evals.frozen.every_steps = 250
   config.train.num_steps = 1_500
-  runs = {c.name: c for c in train.model_configs(config)}
+  runs = {c.name: c for c in experiment.model_configs(config)}
   assert sorted(runs) == ["supcon", "supcon_head", "supcon_mixed", "supcon_mixed_head", "supcon_mixed_trained",
                           "supcon_trained"]
   assert [runs[name].data.source_aware for name in ("supcon", "supcon_mixed")] == [True, False]
@@ -98,12 +98,12 @@ def test_supcon_sampling_curve_probes_both_samplings_as_often_under_their_own_na
 
 
 def test_the_default_configs_all_baselines_adds_blps_other_baselines_beside_make_runs_two():
-  runs = {run.name: run for run in train.model_configs(default.get_config("all_baselines"))}
+  runs = {run.name: run for run in experiment.model_configs(default.get_config("all_baselines"))}
   assert set(runs) == {"blp_transe", "be_bow", "be_dkrl", "be_avg", "sbert_mean"}
   assert {name: runs[name].model.encoder for name in runs} == {
       "blp_transe": "bert", "be_bow": "bow", "be_dkrl": "cnn", "be_avg": "bow", "sbert_mean": "bert_mean"}
   assert runs["be_avg"].train.num_steps == runs["sbert_mean"].train.num_steps == 0  # Untrained, as BLP's table 4.
   assert runs["be_avg"].model.dim == runs["sbert_mean"].model.dim == 0
-  assert {run.name for run in train.model_configs(default.get_config())} == {"blp_transe", "be_bow"}
+  assert {run.name for run in experiment.model_configs(default.get_config())} == {"blp_transe", "be_bow"}
   with pytest.raises(ValueError, match="all_baselines"):
     default.get_config("everything")

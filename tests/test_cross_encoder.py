@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from configs import supcon as supcon_config
-from docent_jax import train
+from docent_jax import trainer as trainers
 from docent_jax.evaluation import pair_matching
 import tiny_training
 
@@ -43,7 +43,7 @@ def test_a_fresh_cross_encoder_starts_at_the_match_rate_and_learns_separable_pai
                                 log_every_steps=20, checkpoint_every_steps=60, eval_batch_size=64)
   config.optim.learning_rate = 5e-3
   config.evals.validation.every_steps = 60
-  trainer = train.Trainer(config, tmp_path / "run")
+  trainer = trainers.Trainer(config, tmp_path / "run")
   objective = trainer.objective
   labels = objective.pairs["train"][:, 2]
   assert labels.mean() == pytest.approx(1 / (NON_MATCHES + 1))

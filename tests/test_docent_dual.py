@@ -10,8 +10,9 @@ import pytest
 
 from configs import docent
 import docent_jax
+from docent_jax import experiment
 from docent_jax import parallel
-from docent_jax import train
+from docent_jax import trainer as trainers
 from docent_jax.data.reviews import corpus as review_corpus
 from docent_jax.evaluation import movie_search
 from docent_jax.evaluation import registry
@@ -57,7 +58,7 @@ def test_a_loaded_dual_model_searches_its_movies_as_its_evaluation_did(docent_du
                                                                       reviews_tfds_dir):
   workdir, results = docent_dual_run
   model = docent_jax.load(workdir / "docent_dual")
-  data = train.Trainer(tiny_config(reviews_dir, reviews_tfds_dir), "unused").objective.evaluation_data()
+  data = trainers.Trainer(tiny_config(reviews_dir, reviews_tfds_dir), "unused").objective.evaluation_data()
   assert movie_search.search_movies(model, data) == pytest.approx(
       {key.removeprefix("docent_dual/"): value for key, value in results.items()
        if key.startswith("docent_dual/") and "/search_" in key}, abs=1e-6)
@@ -74,7 +75,7 @@ def test_full_softmax_on_a_mesh_matches_one_device(reviews_dir, reviews_tfds_dir
   def loss_and_grads(shape):
     config = tiny_config(reviews_dir, reviews_tfds_dir, negatives="full")
     config.mesh.shape = shape
-    trainer = train.Trainer(config, "unused")
+    trainer = trainers.Trainer(config, "unused")
     state = trainer.initial_state()
     batch = parallel.global_batch(next(iter(trainer.objective.train_batches(0))), trainer.mesh)
     grad_fn = jax.jit(jax.value_and_grad(trainer.objective.loss, has_aux=True))
@@ -94,7 +95,7 @@ def test_full_softmax_on_a_mesh_matches_one_device(reviews_dir, reviews_tfds_dir
 def test_unknown_negatives_and_variant_are_refused(reviews_dir, reviews_tfds_dir):
   config = tiny_config(reviews_dir, reviews_tfds_dir, negatives="sampled")
   with pytest.raises(ValueError, match="in_batch.*full"):
-    train.Trainer(config, "unused")
+    trainers.Trainer(config, "unused")
   with pytest.raises(ValueError, match="valid: \\['dual', 'full', 'hybrid'\\]"):
     docent.get_config("dual_encoder")
 
@@ -112,7 +113,7 @@ def test_a_corpus_without_usable_tags_trains_and_reports_the_rest(reviews_dir, r
     (data / "tags.tsv").write_text("".join(f"{line}\n" for line in lines if line.split("\t")[0] not in held_out))
   config = tiny_config(data, reviews_tfds_dir)
   config.baselines = {}  # The baselines read the same tags as the model's own tag runs.
-  results = train.train_and_evaluate(config, tmp_path / "run")
+  results = experiment.train_and_evaluate(config, tmp_path / "run")
   assert (tmp_path / "run" / "docent_dual" / "checkpoints" / "6").is_dir()
   assert not [key for key in results if "/test/search" in key]
   if tags == "none":
@@ -138,7 +139,7 @@ def test_a_query_file_runs_through_the_configs_search_evaluators(docent_dual_run
   queries.write_text("".join(json.dumps(query) + "\n" for query in _QUERIES))
   config = tiny_config(reviews_dir, reviews_tfds_dir)
   config.eval.search_queries = str(queries)
-  trainer = train.Trainer(config, tmp_path / "evaluation")
+  trainer = trainers.Trainer(config, tmp_path / "evaluation")
   results = trainer.report(docent_jax.load(workdir / "docent_dual"), {})
   for model in ("docent_dual", "bm25", "bos"):
     assert results[f"{model}/queries/search_num_queries"] == len(_QUERIES)
@@ -158,14 +159,14 @@ def test_a_query_file_runs_through_the_configs_search_evaluators(docent_dual_run
 
 
 def test_the_tag_curve_config_runs_one_open_vocabulary_run_per_fraction():
-  runs = train.model_configs(docent.get_config("hybrid,imdb_movielens,tag_curve"))
+  runs = experiment.model_configs(docent.get_config("hybrid,imdb_movielens,tag_curve"))
   assert [run.name for run in runs] == ["docent_hybrid"] + [
       f"docent_hybrid_tags_open_{percent}pct" for percent in (10, 25, 50, 75, 90)]
   assert [run.tags.vocabulary_fraction for run in runs[1:]] == list(docent.TAG_CURVE_FRACTIONS)
   assert {(run.seed, run.model_init, run.tags.scorer, run.tags.label_set) for run in runs[1:]} == {
       (0, "docent_hybrid", "dual", "tags")}
   assert list(runs[0].evals) == ["search"]
-  assert {run.tags.scorer for run in train.model_configs(docent.get_config("full,,tag_curve"))[1:]} == {
+  assert {run.tags.scorer for run in experiment.model_configs(docent.get_config("full,,tag_curve"))[1:]} == {
       "pair_classifier"}
   with pytest.raises(ValueError, match="unknown setting 'curve'"):
     docent.get_config("dual,imdb_movielens,curve")
@@ -188,16 +189,16 @@ _CURVE_FRACTIONS = (0.25, 0.5)
 def test_the_tag_curve_never_fits_a_held_out_tag_and_reports_every_fraction(reviews_dir, reviews_tfds_dir,
                                                                             tmp_path):
   config = docent.tag_curve(tiny_config(reviews_dir, reviews_tfds_dir), _CURVE_FRACTIONS)
-  results = train.train_and_evaluate(config, tmp_path)
+  results = experiment.train_and_evaluate(config, tmp_path)
   prefixes = {key.split("/")[2].rpartition("_num_train_tags")[0] for key in results if "num_train_tags" in key}
   assert prefixes == {f"tags_open{fraction:g}" for fraction in _CURVE_FRACTIONS}
   parent = docent_jax.load(tmp_path / "docent_dual")
   corpus = review_corpus.load_review_corpus(str(reviews_dir), data_dir=reviews_tfds_dir)
   votes = corpus.tag_votes.toarray()
-  runs = train.model_configs(config)[1:]
+  runs = experiment.model_configs(config)[1:]
   fitted = []
   for run in runs:
-    objective = train.Trainer(run, tmp_path / run.name).objective
+    objective = trainers.Trainer(run, tmp_path / run.name).objective
     objective.start_from(parent)
     train_tags, heldout_tags = set(objective.train_tags.tolist()), set(objective.heldout_tags.tolist())
     assert not train_tags & heldout_tags and train_tags | heldout_tags == set(range(len(corpus.tags)))
@@ -226,4 +227,4 @@ def test_the_tag_curve_never_fits_a_held_out_tag_and_reports_every_fraction(revi
   # Common tags held out at a smaller fraction than a run's would include tags the run fits.
   runs[-1].tags.common_heldout_fraction = 0.25
   with pytest.raises(ValueError, match="common_heldout_fraction must be 0 .none. or in .tags.vocabulary_fraction"):
-    train.Trainer(runs[-1], tmp_path / "refused")
+    trainers.Trainer(runs[-1], tmp_path / "refused")

@@ -5,12 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from docent_jax import experiment
 from docent_jax import parallel
-from docent_jax import train
+from docent_jax import trainer as trainers
 from docent_jax.models import bert
-from docent_jax.models import pretrained
 from docent_jax.models import docent_full as docent_full_model
 from docent_jax.models import masking
+from docent_jax.models import pretrained
 from docent_jax.objectives import docent_full
 from review_fixtures import tiny_config
 
@@ -82,7 +83,7 @@ def test_masking_never_touches_special_positions(objective, monkeypatch):
 def test_full_trains_and_writes_search_metrics_beside_baselines(reviews_dir, reviews_tfds_dir, tmp_path):
   config = full_config(reviews_dir, reviews_tfds_dir)
   config.train.num_steps = config.train.checkpoint_every_steps = 3
-  results = train.train_and_evaluate(config, tmp_path)
+  results = experiment.train_and_evaluate(config, tmp_path)
   for split in ("test", "all"):
     assert 0.0 < results[f"docent_full/{split}/search_mrr"] <= 1.0
     assert 0.0 <= results[f"docent_full/{split}/search_recall@10"] <= 1.0
@@ -98,13 +99,13 @@ def test_full_trains_and_writes_search_metrics_beside_baselines(reviews_dir, rev
 
 def test_tag_prediction_runs_report_dual_keys_and_leave_the_entity_rows_alone(reviews_dir, reviews_tfds_dir,
                                                                               docent_dual_run, tmp_path):
-  runs = {c.name: c for c in train.model_configs(full_config(reviews_dir, reviews_tfds_dir))}
-  model = train.Trainer(runs["docent_full"], tmp_path / "full")
+  runs = {c.name: c for c in experiment.model_configs(full_config(reviews_dir, reviews_tfds_dir))}
+  model = trainers.Trainer(runs["docent_full"], tmp_path / "full")
   params = model.initial_state().params
   rows = np.asarray(params["entities"]["embedding"])
   keys = set()
   for task in ("tags", "tags_open_50pct"):
-    stage = train.Trainer(runs[f"docent_full_{task}"], tmp_path / f"full_{task}")
+    stage = trainers.Trainer(runs[f"docent_full_{task}"], tmp_path / f"full_{task}")
     stage.objective.start_from(model.objective.model(params))
     fitted, computed = stage.train()
     assert "entities" not in fitted  # The entity rows are inputs of the scorer, not its parameters.
@@ -119,7 +120,7 @@ def test_entity_rows_stay_sharded_in_the_train_step_and_loss_matches_one_device(
   def run(shape):
     config = full_config(reviews_dir, reviews_tfds_dir)
     config.mesh.shape = shape
-    trainer = train.Trainer(config, "unused")
+    trainer = trainers.Trainer(config, "unused")
     state = trainer.initial_state()
     batch = parallel.global_batch(next(iter(trainer.objective.train_batches(0))), trainer.mesh)
     compiled = trainer.compile_train_step(state).lower(state, batch).compile()
@@ -144,7 +145,7 @@ def test_entity_rows_stay_sharded_in_the_train_step_and_loss_matches_one_device(
 def test_sentence_mean_rows_start_at_the_words_of_their_reviews(reviews_dir, reviews_tfds_dir):
   config = full_config(reviews_dir, reviews_tfds_dir)
   assert config.model.entity_init == "sentence_mean"
-  trainer = train.Trainer(config, "unused")
+  trainer = trainers.Trainer(config, "unused")
   params = trainer.initial_state().params
   table = np.asarray(params["entities"]["embedding"])
   num_entities = trainer.objective.corpus.num_entities

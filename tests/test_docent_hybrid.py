@@ -6,8 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from docent_jax import experiment
 from docent_jax import parallel
-from docent_jax import train
+from docent_jax import trainer as trainers
 from docent_jax.data import tokenization
 from docent_jax.models import hybrid_encoder
 from docent_jax.objectives import docent_hybrid
@@ -22,7 +23,7 @@ def hybrid_config(reviews_dir, reviews_tfds_dir, negatives="in_batch", mesh_shap
 
 
 def trainer_and_batch(config):
-  trainer = train.Trainer(config, "unused")
+  trainer = trainers.Trainer(config, "unused")
   state = trainer.initial_state()
   batch = parallel.global_batch(next(iter(trainer.objective.train_batches(0))), trainer.mesh)
   return trainer, state, batch
@@ -39,7 +40,7 @@ def eight_devices(reviews_dir, reviews_tfds_dir):
 
 
 def test_hybrid_trains_and_writes_search_metrics_beside_bm25(reviews_dir, reviews_tfds_dir, tmp_path):
-  results = train.train_and_evaluate(hybrid_config(reviews_dir, reviews_tfds_dir), tmp_path)
+  results = experiment.train_and_evaluate(hybrid_config(reviews_dir, reviews_tfds_dir), tmp_path)
   assert json.loads((tmp_path / "results.json").read_text()) == results
   for model in ("docent_hybrid", "bm25"):
     for split in ("test", "all"):

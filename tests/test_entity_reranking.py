@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import docent_jax
+from docent_jax import experiment
 from docent_jax import rerank
-from docent_jax import train
 from docent_jax.data import io
 from docent_jax.evaluation import entity_reranking as reranking
 import kg_fixtures
@@ -285,7 +285,7 @@ def blp_run(kg_dir, tfds_dir, tmp_path_factory) -> pathlib.Path:
   config.train.num_steps = 4
   config.evals.validation.every_steps = 2
   workdir = tmp_path_factory.mktemp("run")
-  train.train_and_evaluate(config, workdir)
+  experiment.train_and_evaluate(config, workdir)
   return workdir / "blp_transe"
 
 

@@ -5,7 +5,7 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "docent_jax"
 # evaluation/ turns a model and a dataset into metrics: it may name the datasets' types (a knowledge graph, a
 # corpus), but not depend on how a model is trained or how data is built and read.
-EVALUATION_MAY_NOT_IMPORT = ("docent_jax.train", "docent_jax.objectives", "docent_jax.checkpoints",
+EVALUATION_MAY_NOT_IMPORT = ("docent_jax.trainer", "docent_jax.experiment", "docent_jax.objectives",
                              "docent_jax.data.tfds_loading", "docent_jax.data.pipeline",
                              *(f"docent_jax.data.{domain}.{stage}" for domain in ("kg", "reviews", "offers", "universal")
                                for stage in ("builders", "files", "pipeline", "sampling")))

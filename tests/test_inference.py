@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from docent_jax import train
+from docent_jax import experiment
+from docent_jax import trainer as trainers
 from docent_jax.inference import link_prediction
 from docent_jax.inference import protocol
 import kg_fixtures
@@ -40,8 +41,8 @@ def trained_run(tmp_path_factory) -> tuple[pathlib.Path, np.ndarray]:
   config.train.num_steps = 4
   config.evals.validation.every_steps = 2
   workdir = tmp_path_factory.mktemp("run")
-  train.train_and_evaluate(config, workdir)
-  trainer = train.Trainer(config, workdir / "blp_transe")
+  experiment.train_and_evaluate(config, workdir)
+  trainer = trainers.Trainer(config, workdir / "blp_transe")
   vectors = trainer.objective.model(trainer.restore_params()[0]).entities()[1]
   run_dir = pathlib.Path(shutil.copytree(workdir / "blp_transe", tmp_path_factory.mktemp("copied") / "blp_transe"))
   shutil.rmtree(data)  # Neither the graph nor its TFDS build is left.
@@ -105,7 +106,7 @@ def test_predict_answers_json_lines_in_order_and_names_a_malformed_line(trained_
 
 def test_an_evaluation_round_encodes_each_entity_set_once(tmp_path, monkeypatch):
   config = kg_fixtures.tiny_config(kg_fixtures.write_tiny_kg(tmp_path / "kg"), tmp_path / "tfds")
-  trainer = train.Trainer(config, tmp_path / "run")
+  trainer = trainers.Trainer(config, tmp_path / "run")
   assert {spec.type for spec in trainer.evals} == {"link_prediction", "entity_classification"}
   assert len(trainer.evals) == 3  # Validation and test ranking, and classification: each reads every entity.
   encoded = []

@@ -8,7 +8,7 @@ import pytest
 from configs import blp as blp_config
 from configs import supcon as supcon_config
 import docent_jax
-from docent_jax import train
+from docent_jax import experiment
 import kg_fixtures
 import test_supcon
 import tiny_training
@@ -70,7 +70,7 @@ def test_supcon_paper_setting_has_the_papers_values():
   assert head.train.num_steps == 5 * epoch and head.optim.lr_multipliers == (("^head/", 1.0), (".", 0.0))
   assert fine_tuning.model.head_init == "fresh" and not fine_tuning.model.get("freeze_encoder", False)
   # (F) and (UF) without augmentation: the same stages after pre-training without it; three seeds each.
-  runs = {run.name: run for run in train.model_configs(config)}
+  runs = {run.name: run for run in experiment.model_configs(config)}
   assert runs["supcon_no_augmentation"].data.augmentation == ""
   assert runs["supcon_no_augmentation_head"].model_init == "supcon_no_augmentation"
   assert runs["supcon_no_augmentation_head"].data.augmentation == ""
@@ -107,7 +107,7 @@ def test_blp_paper_setting_runs_on_cpu_with_a_tiny_override(tmp_path, setting):
   config.data.dataset = str(kg_fixtures.write_tiny_kg(tmp_path / "kg"))
   config.train.num_steps = 4
   config.evals.validation.every_steps = 2
-  results = train.train_and_evaluate(config, tmp_path / "run")
+  results = experiment.train_and_evaluate(config, tmp_path / "run")
   assert 0.0 < results["blp_transe/test/mrr"] <= 1.0
   assert json.loads((tmp_path / "run" / "results.json").read_text()) == results
 
@@ -119,7 +119,7 @@ def test_supcon_paper_setting_runs_on_cpu_with_a_tiny_override(tmp_path):
   for stage in config.finetune.values():
     stage.train.update(num_steps=4, global_batch_size=8, checkpoint_every_steps=2)
     stage.evals.validation.every_steps = 2
-  results = train.train_and_evaluate(config, tmp_path / "run")
+  results = experiment.train_and_evaluate(config, tmp_path / "run")
   for model in ("supcon_frozen", "supcon_head", "supcon_trained"):
     assert 0.0 <= results[f"{model}/test/f1"] <= 1.0, model
   assert (tmp_path / "run" / "supcon_trained" / "best").is_dir()

@@ -21,7 +21,7 @@ from transformers import AutoTokenizer
 from configs import default
 from docent_jax import config_schema
 from docent_jax import parallel
-from docent_jax import train
+from docent_jax import trainer as trainers
 from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.data.kg import graph as knowledge_graph
@@ -260,7 +260,7 @@ def test_trainer_with_workers_trains_the_params_of_one_without(tmp_path):
     config = kg_fixtures.tiny_config(kg_dir, tmp_path / "tfds")
     config.train.num_steps = 4
     config.data.update(num_workers=num_workers, prefetch=prefetch)
-    params.append(jax.device_get(train.Trainer(config, tmp_path / f"workers_{num_workers}").train()[0]))
+    params.append(jax.device_get(trainers.Trainer(config, tmp_path / f"workers_{num_workers}").train()[0]))
     assert not multiprocessing.active_children()  # The trainer stopped its workers.
   for a, b in zip(jax.tree.leaves(params[0]), jax.tree.leaves(params[1]), strict=True):
     np.testing.assert_array_equal(a, b)

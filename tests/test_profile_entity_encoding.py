@@ -4,7 +4,7 @@ import sys
 
 import numpy as np
 
-from docent_jax import train
+from docent_jax import trainer as trainers
 import kg_fixtures
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
@@ -14,7 +14,7 @@ import profile_entity_encoding  # pylint: disable=g-import-not-at-top,g-bad-impo
 def test_profile_compares_full_width_and_length_buckets_on_the_same_descriptions(tmp_path):
   config = kg_fixtures.tiny_config(kg_fixtures.write_tiny_kg(tmp_path / "kg"), tmp_path / "tfds")
   config.mesh.shape = (1, 1)
-  trainer = train.Trainer(config, tmp_path / "run")
+  trainer = trainers.Trainer(config, tmp_path / "run")
   result = profile_entity_encoding.profile(trainer, entities=0, repeats=1)
   tokens = trainer.objective.entity_tokens
   assert result["entities"] == len(tokens) and result["max_len"] == tokens.shape[1]

@@ -5,7 +5,7 @@ import sys
 import jax
 import pytest
 
-from docent_jax import train
+from docent_jax import trainer as trainers
 import kg_fixtures
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
@@ -15,7 +15,7 @@ import profile_train_step  # pylint: disable=g-import-not-at-top,g-bad-import-or
 def test_profile_times_each_part_and_counts_params_and_tokens(tmp_path):
   config = kg_fixtures.tiny_config(kg_fixtures.write_tiny_kg(tmp_path / "kg"), tmp_path / "tfds")
   config.mesh.shape = (1, 1)
-  trainer = train.Trainer(config, tmp_path / "run")
+  trainer = trainers.Trainer(config, tmp_path / "run")
   result = profile_train_step.profile(trainer, calls=2)
   parts = ("read_batch", "loss", "loss_and_gradient", "optimizer_update", "train_step")
   assert set(result["seconds"]) == set(parts) and all(result["seconds"][p] > 0 for p in parts)

@@ -13,9 +13,10 @@ import pytest
 
 from configs import common
 from docent_jax import config_schema
+from docent_jax import experiment
 from docent_jax import outputs
 from docent_jax import parallel
-from docent_jax import train
+from docent_jax import trainer as trainers
 from docent_jax.inference import protocol
 from docent_jax.inference import search
 import kg_fixtures
@@ -36,29 +37,29 @@ def _config(kg_dir, tfds_dir):
 def parent(kg_dir, tfds_dir, tmp_path_factory) -> tuple[pathlib.Path, dict]:
   """(workdir, results) of `_config` trained once; tests that write to it take a copy."""
   workdir = tmp_path_factory.mktemp("parent") / "run"
-  return workdir, train.train_and_evaluate(_config(kg_dir, tfds_dir), workdir)
+  return workdir, experiment.train_and_evaluate(_config(kg_dir, tfds_dir), workdir)
 
 
 def _copy(workdir: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
   return pathlib.Path(shutil.copytree(workdir, tmp_path / "run"))
 
 
-def _first_batch_loss(trainer: train.Trainer, params) -> float:
+def _first_batch_loss(trainer: trainers.Trainer, params) -> float:
   batch = parallel.global_batch(next(iter(trainer.objective.train_batches(0))), trainer.mesh)
   return float(trainer.objective.loss(params, batch, jax.random.key(0))[0])
 
 
 def test_a_blp_run_with_model_init_starts_from_the_parents_params(kg_dir, tfds_dir, parent):
   parent_dir, _ = parent
-  parent_trainer = train.Trainer(_config(kg_dir, tfds_dir), parent_dir / "blp_transe")
+  parent_trainer = trainers.Trainer(_config(kg_dir, tfds_dir), parent_dir / "blp_transe")
   parent_params, forced_step = parent_trainer.restore_params()
   assert forced_step is None
 
   child_config = _config(kg_dir, tfds_dir)
   child_config.model_init = str(parent_dir / "blp_transe")
   child_config.seed = 7  # Another fresh initialisation: whatever matches it came from the parent.
-  child = train.Trainer(child_config, "unused")
-  child.objective.start_from(train._model_init(child_config.model_init, parent_dir, {}, child.mesh))
+  child = trainers.Trainer(child_config, "unused")
+  child.objective.start_from(experiment._model_init(child_config.model_init, parent_dir, {}, child.mesh))
   start = child.initial_state().params
   for (path, got), want in zip(jax.tree_util.tree_flatten_with_path(start)[0], jax.tree.leaves(parent_params)):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=jax.tree_util.keystr(path))
@@ -66,49 +67,49 @@ def test_a_blp_run_with_model_init_starts_from_the_parents_params(kg_dir, tfds_d
   # The initial loss is the parent's, not a fresh model's.
   fresh_config = _config(kg_dir, tfds_dir)
   fresh_config.seed = 7
-  fresh = train.Trainer(fresh_config, "unused")
+  fresh = trainers.Trainer(fresh_config, "unused")
   initial_loss = _first_batch_loss(child, start)
   assert initial_loss == pytest.approx(_first_batch_loss(child, parent_params), abs=1e-6)
   assert abs(initial_loss - _first_batch_loss(fresh, fresh.initial_state().params)) > 1e-3
 
 
 def test_model_init_takes_the_encoder_wherever_the_parent_keeps_it_and_same_shaped_heads(kg_dir, tfds_dir, caplog):
-  trainer = train.Trainer(_config(kg_dir, tfds_dir), "unused")
+  trainer = trainers.Trainer(_config(kg_dir, tfds_dir), "unused")
   own = trainer.initial_state().params  # BLP: encoder/bert/..., encoder/projection, relations.
   bert = own["encoder"]["bert"]
   shifted = jax.tree.map(lambda x: np.asarray(x) + 1.0, bert)
   # A parent that keeps its BERT at 'bert' (FAQ, SupCon, universal) with a head this model lacks.
   parent = {"bert": shifted, "heads": {"nli": np.ones((3, 3), np.float32)}}
   with caplog.at_level("INFO"):
-    params = train.inherit_params(own, parent, ("encoder", "bert"), ("bert",), "faq_run")
+    params = trainers.inherit_params(own, parent, ("encoder", "bert"), ("bert",), "faq_run")
   for got, want in zip(jax.tree.leaves(params["encoder"]["bert"]), jax.tree.leaves(shifted)):
     np.testing.assert_array_equal(np.asarray(got), want)
   np.testing.assert_array_equal(np.asarray(params["relations"]["embedding"]), np.asarray(own["relations"]["embedding"]))
   assert "model_init faq_run: took" in caplog.text and "relations/embedding" in caplog.text
   # And the other way: a FAQ-shaped model from a BLP parent (which crashed with KeyError: 'bert').
-  params = train.inherit_params({"bert": bert}, own, ("bert",), ("encoder", "bert"), "blp_run")
+  params = trainers.inherit_params({"bert": bert}, own, ("bert",), ("encoder", "bert"), "blp_run")
   for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(bert)):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 def test_a_parent_with_nothing_usable_is_an_error_naming_model_init(kg_dir, tfds_dir):
-  own = train.Trainer(_config(kg_dir, tfds_dir), "unused").initial_state().params
+  own = trainers.Trainer(_config(kg_dir, tfds_dir), "unused").initial_state().params
   be_bow_parent = {"encoder": {"word_embeddings": {"embedding": np.zeros((5, 3), np.float32)}}}
   with pytest.raises(ValueError, match=r"config.model_init = 'bow_run': that run has no params this model can "):
-    train.inherit_params({"bert": own["encoder"]["bert"]}, be_bow_parent, ("bert",), ("encoder",), "bow_run")
+    trainers.inherit_params({"bert": own["encoder"]["bert"]}, be_bow_parent, ("bert",), ("encoder",), "bow_run")
 
 
 def test_evaluate_reports_the_best_params_and_refuses_without_them(kg_dir, tfds_dir, parent, tmp_path):
   parent_dir, results = parent
   workdir = _copy(parent_dir, tmp_path)
   config = _config(kg_dir, tfds_dir)
-  assert train.evaluate(config, workdir) == pytest.approx(results, abs=1e-6)
+  assert experiment.evaluate(config, workdir) == pytest.approx(results, abs=1e-6)
   shutil.rmtree(workdir / "blp_transe" / "best")
   before = (workdir / "results.json").read_text()
-  with pytest.raises(train.IncompleteRunError, match=r"best params by validation/mrr are missing.*--force"):
-    train.evaluate(config, workdir)
+  with pytest.raises(trainers.IncompleteRunError, match=r"best params by validation/mrr are missing.*--force"):
+    experiment.evaluate(config, workdir)
   assert (workdir / "results.json").read_text() == before
-  forced = train.evaluate(config, workdir, force=True)
+  forced = experiment.evaluate(config, workdir, force=True)
   assert forced["blp_transe/forced/step"] == 6  # The latest params, marked.
   assert json.loads((workdir / "results.json").read_text())["blp_transe/forced/step"] == 6
 
@@ -117,14 +118,14 @@ def test_evaluate_refuses_a_run_that_never_finished(kg_dir, tfds_dir, parent, tm
   parent_dir, _ = parent
   workdir = _copy(parent_dir, tmp_path)
   shutil.rmtree(workdir / "blp_transe" / "checkpoints" / "6")  # As if it stopped after step 4.
-  with pytest.raises(train.IncompleteRunError, match=r"it stopped at step 4 of 6.*--force"):
-    train.evaluate(_config(kg_dir, tfds_dir), workdir)
-  forced = train.evaluate(_config(kg_dir, tfds_dir), workdir, force=True)
+  with pytest.raises(trainers.IncompleteRunError, match=r"it stopped at step 4 of 6.*--force"):
+    experiment.evaluate(_config(kg_dir, tfds_dir), workdir)
+  forced = experiment.evaluate(_config(kg_dir, tfds_dir), workdir, force=True)
   (best_step,) = [int(p.name) for p in (workdir / "blp_transe" / "best").iterdir() if p.name.isdigit()]
   assert forced["blp_transe/forced/step"] == best_step  # The best params it kept, marked.
   # A complete evaluation later drops the mark.
   shutil.copytree(parent_dir / "blp_transe" / "checkpoints" / "6", workdir / "blp_transe" / "checkpoints" / "6")
-  train.evaluate(_config(kg_dir, tfds_dir), workdir)
+  experiment.evaluate(_config(kg_dir, tfds_dir), workdir)
   assert "blp_transe/forced/step" not in json.loads((workdir / "results.json").read_text())
 
 
@@ -133,7 +134,7 @@ def test_a_damaged_results_file_is_named_and_never_overwritten(kg_dir, tfds_dir,
   workdir.mkdir()
   (workdir / "results.json").write_text('{"blp_transe/test/mrr": 0.16')  # Cut short.
   with pytest.raises(outputs.DamagedFileError, match=r"results.json is damaged"):
-    train.train_and_evaluate(_config(kg_dir, tfds_dir), workdir)
+    experiment.train_and_evaluate(_config(kg_dir, tfds_dir), workdir)
   assert (workdir / "results.json").read_text() == '{"blp_transe/test/mrr": 0.16'
   assert not (workdir / "blp_transe").exists()  # Refused before anything was trained.
 
@@ -151,8 +152,8 @@ def _run_with_file_size_limit(code: str, limit_bytes: int, args: tuple[str, ...]
 def test_results_cut_short_by_a_full_disk_leave_the_earlier_file_whole(tmp_path):
   earlier = {f"model_{i}/test/mrr": 0.5 for i in range(20)}
   (tmp_path / "results.json").write_text(json.dumps(earlier))
-  code = ("from docent_jax import train\n"
-          f"train.write_results({str(tmp_path)!r}, {{f'new_{{i}}/test/mrr': 0.25 for i in range(500)}})\n")
+  code = ("from docent_jax import run_dir as run_dirs\n"
+          f"run_dirs.write_results({str(tmp_path)!r}, {{f'new_{{i}}/test/mrr': 0.25 for i in range(500)}})\n")
   run = _run_with_file_size_limit(code, 4096)
   assert run.returncode != 0 and "File too large" in run.stderr
   assert json.loads((tmp_path / "results.json").read_text()) == earlier
@@ -230,7 +231,7 @@ def test_evaluate_with_model_init_evaluates_that_run_on_this_configs_data(kg_dir
   parent_dir, parent_results = parent
   config = _config(kg_dir, tfds_dir)
   config.model_init = str(parent_dir / "blp_transe")
-  results = train.evaluate(config, tmp_path / "transfer")
+  results = experiment.evaluate(config, tmp_path / "transfer")
   name = f"{parent_dir.name}.blp_transe"
   # The same data: the trained run's own numbers, under the trained run's name; nothing was trained.
   assert results == pytest.approx({key.replace("blp_transe/", f"{name}/"): value
@@ -245,7 +246,7 @@ def test_a_transfer_evaluation_reports_the_models_evaluators_under_its_name_and_
   config.evals.lexical = common.baseline("link_prediction", "some_baseline")
   config.evals.test.report_as = config.name
   config.model_init = str(parent_dir / "blp_transe")
-  transfer = train._transfer_config(config)
+  transfer = experiment._transfer_config(config)
   assert transfer.name == f"{parent_dir.name}.blp_transe"
   assert "lexical" not in transfer.evals and set(transfer.evals) == set(config.evals) - {"lexical"}
   assert not any(entry.get("report_as") for entry in transfer.evals.values())
@@ -259,7 +260,7 @@ def test_evaluating_a_run_on_a_graph_with_a_relation_it_lacks_names_the_relation
   config = _config(other, tfds_dir)
   config.model_init = str(parent_dir / "blp_transe")
   with pytest.raises(KeyError, match="blp_transe has no relation 'never_trained'"):
-    train.evaluate(config, tmp_path / "transfer")
+    experiment.evaluate(config, tmp_path / "transfer")
 
 
 def test_model_init_from_a_parent_of_another_architecture_is_refused_naming_the_keys(kg_dir, tfds_dir, parent,
@@ -270,7 +271,7 @@ def test_model_init_from_a_parent_of_another_architecture_is_refused_naming_the_
   child.model.bert.num_attention_heads = 2  # The parent's 4 heads split the same [32, 3, 32] kernel otherwise.
   with pytest.raises(config_schema.ConfigError, match=r"its encoder is not this run's; they differ in "
                      r"model.bert.num_attention_heads \(there 4, here 2\)"):
-    train.train_and_evaluate(child, tmp_path / "child")
+    experiment.train_and_evaluate(child, tmp_path / "child")
   assert not (tmp_path / "child" / "blp_transe" / "checkpoints").exists()
 
 
@@ -287,7 +288,7 @@ def test_search_after_a_run_resumes_answers_from_the_new_steps_vectors(kg_dir, t
   before = stopped.search(queries, k=5, approximate=True)  # Builds and saves the index, keeps the entity vectors.
   index_record = run_dir / "search_index" / "index.json"
   assert json.loads(index_record.read_text())["source"]["step"] == 4
-  train.train_and_evaluate(_config(kg_dir, tfds_dir), workdir)  # Resumes: steps 5 and 6.
+  experiment.train_and_evaluate(_config(kg_dir, tfds_dir), workdir)  # Resumes: steps 5 and 6.
   resumed = docent_jax.load(run_dir)
   assert resumed.step == 6
   approximate = resumed.search(queries, k=5, approximate=True)

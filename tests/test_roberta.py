@@ -8,7 +8,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from docent_jax import train
+from docent_jax import experiment
+from docent_jax import trainer as trainers
 from docent_jax.data import tokenization
 from docent_jax.models import bert
 from docent_jax.models import pretrained
@@ -179,15 +180,15 @@ def test_supcon_product_matching_runs_with_a_roberta_encoder(tmp_path, tiny_robe
   config.baselines = ml_collections.ConfigDict({"cross_encoder": config.baselines.cross_encoder})
   config.baselines.cross_encoder.train.num_steps = 2
 
-  runs = {run.name: run for run in train.model_configs(config)}
-  pretraining = train.Trainer(runs["supcon"], tmp_path / "check")
+  runs = {run.name: run for run in experiment.model_configs(config)}
+  pretraining = trainers.Trainer(runs["supcon"], tmp_path / "check")
   objective = pretraining.objective
   assert objective.bert_config.model_type == "roberta" and objective.tokenizer.pad_token_id == PAD
   params = pretraining.initial_state().params
   np.testing.assert_array_equal(params["bert"]["layer_0"]["attention"]["qkv_kernel"],
                                 tiny_roberta[1]["layer_0"]["attention"]["qkv_kernel"])
 
-  results = train.train_and_evaluate(config, tmp_path / "run")
+  results = experiment.train_and_evaluate(config, tmp_path / "run")
   for model in ("supcon_frozen", "supcon_trained", "cross_encoder"):
     for split in ("validation", "test"):
       assert 0.0 <= results[f"{model}/{split}/f1"] <= 1.0, (model, split)

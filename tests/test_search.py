@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from docent_jax import parallel
+from docent_jax import run_dir as run_dirs
 from docent_jax.inference import search
 
 
@@ -111,8 +112,8 @@ def test_ann_recall_at_10_against_exact_search(clustered_index):
 
 def test_ann_index_round_trips_through_a_directory(clustered_index, tmp_path):
   _, queries, index = clustered_index
-  index.save(tmp_path / "run" / search.INDEX_DIRNAME)
-  loaded = search.AnnIndex.load(tmp_path / "run" / search.INDEX_DIRNAME)
+  index.save(tmp_path / "run" / run_dirs.SEARCH_INDEX_DIR)
+  loaded = search.AnnIndex.load(tmp_path / "run" / run_dirs.SEARCH_INDEX_DIR)
   assert (loaded.num_vectors, loaded.dim, loaded.nprobe, loaded.normalize) == (4000, 32, 8, False)
   for got, want in zip(loaded.search(queries, 10), index.search(queries, 10)):
     np.testing.assert_array_equal(got, want)
@@ -122,10 +123,10 @@ def test_ann_index_saves_to_gs_paths_and_keeps_cosine(gcs_bucket):
   bucket, opened = gcs_bucket
   vectors, queries = 3 * _clustered(1000, 16, 7), _clustered(20, 16, 8)
   index = search.AnnIndex.build(vectors, num_lists=16, nprobe=4, normalize=True, encoding="sq8")
-  index.save(f"gs://bucket/run/{search.INDEX_DIRNAME}")
-  assert {f"gs://bucket/run/{search.INDEX_DIRNAME}/{name}" for name in ("index.faiss", "index.json")} <= set(opened)
-  assert (bucket / "run" / search.INDEX_DIRNAME / "index.faiss").stat().st_size > 0
-  loaded = search.AnnIndex.load(f"gs://bucket/run/{search.INDEX_DIRNAME}")
+  index.save(f"gs://bucket/run/{run_dirs.SEARCH_INDEX_DIR}")
+  assert {f"gs://bucket/run/{run_dirs.SEARCH_INDEX_DIR}/{name}" for name in ("index.faiss", "index.json")} <= set(opened)
+  assert (bucket / "run" / run_dirs.SEARCH_INDEX_DIR / "index.faiss").stat().st_size > 0
+  loaded = search.AnnIndex.load(f"gs://bucket/run/{run_dirs.SEARCH_INDEX_DIR}")
   assert loaded.normalize
   for got, want in zip(loaded.search(queries, 5), index.search(queries, 5)):
     np.testing.assert_array_equal(got, want)

@@ -5,7 +5,7 @@ import pytest
 
 from configs import blp as blp_config
 from configs import supcon as supcon_config
-from docent_jax import train
+from docent_jax import experiment
 from docent_jax.evaluation import seeds
 import kg_fixtures
 import review_fixtures
@@ -57,7 +57,7 @@ def test_num_seeds_repeats_every_trained_run_and_its_stages_with_the_next_seeds(
   config.seed = 7
   config.num_seeds = 3
   config.baselines.untrained = {"train": {"num_steps": 0}, "finetune": {}}
-  runs = {run.name: run for run in train.model_configs(config)}
+  runs = {run.name: run for run in experiment.model_configs(config)}
   assert "untrained_seed1" not in runs  # Nothing in an untrained run depends on the seed.
   for offset in (1, 2):
     seeded = runs[f"supcon_seed{offset}"]
@@ -68,7 +68,7 @@ def test_num_seeds_repeats_every_trained_run_and_its_stages_with_the_next_seeds(
     assert (stage.model_init, stage.seed, stage.objective) == (f"supcon_seed{offset}", 7 + offset, "pair_matching")
     assert {entry.report_as for entry in stage.evals.values()} == {f"supcon_trained_seed{offset}"}
     assert runs[f"cross_encoder_seed{offset}"].seed == 7 + offset
-  assert list(runs)[:len(train.model_configs(supcon_config.get_config("abt_buy"))) + 1] == [
+  assert list(runs)[:len(experiment.model_configs(supcon_config.get_config("abt_buy"))) + 1] == [
       name for name in runs if "_seed" not in name]  # The first seed's runs come first.
 
 
@@ -77,7 +77,7 @@ def test_num_seeds_must_be_at_least_one(num_seeds):
   config = blp_config.get_config("wn18rr")
   config.num_seeds = num_seeds
   with pytest.raises(ValueError, match="config.num_seeds"):
-    train.model_configs(config)
+    experiment.model_configs(config)
 
 
 def test_one_override_gives_blp_seeds_their_mean_and_std(kg_dir, tfds_dir, tmp_path):
@@ -86,12 +86,12 @@ def test_one_override_gives_blp_seeds_their_mean_and_std(kg_dir, tfds_dir, tmp_p
   config.evals = {"test": config.evals.test}
   config.eval.best_metric = ""
   config.num_seeds = 2
-  results = train.train_and_evaluate(config, tmp_path)
+  results = experiment.train_and_evaluate(config, tmp_path)
   assert results["blp_transe/test/mrr"] != results["blp_transe_seed1/test/mrr"]  # Another initialisation and order.
   _seed_pairs(results, "blp_transe", "test/mrr")
   # More seeds later: the same workdir trains only the new one.
   config.num_seeds = 3
-  more = train.train_and_evaluate(config, tmp_path)
+  more = experiment.train_and_evaluate(config, tmp_path)
   assert {key: more[key] for key in results if "@seeds" not in key} == pytest.approx(
       {key: value for key, value in results.items() if "@seeds" not in key}, abs=1e-6)
   assert more["blp_transe@seeds/test/num_seeds"] == 3
@@ -102,7 +102,7 @@ def test_one_override_gives_supcon_and_its_fine_tuning_seeds_their_mean_and_std(
   config.baselines = {}
   config.finetune = {"trained": config.finetune.trained}
   config.num_seeds = 2
-  results = train.train_and_evaluate(config, tmp_path / "run")
+  results = experiment.train_and_evaluate(config, tmp_path / "run")
   _seed_pairs(results, "supcon_frozen", "test/f1")
   _seed_pairs(results, "supcon_trained", "test/f1")
 
@@ -113,7 +113,7 @@ def test_one_override_gives_docent_and_its_tag_stage_seeds_their_mean_and_std(re
   config.evals = {"search": config.evals.search}
   config.finetune = {"tags": config.finetune.tags}
   config.num_seeds = 2
-  results = train.train_and_evaluate(config, tmp_path)
+  results = experiment.train_and_evaluate(config, tmp_path)
   _seed_pairs(results, "docent_dual", "test/search_mrr")
   _seed_pairs(results, "docent_dual", "test/tags_map")  # The tag stage reports under its model.
 
@@ -121,11 +121,11 @@ def test_one_override_gives_docent_and_its_tag_stage_seeds_their_mean_and_std(re
 def test_runs_selects_models_and_stages_with_their_seeds():
   config = supcon_config.get_config("abt_buy")
   config.num_seeds = 2
-  runs = train.model_configs(config)
-  chosen = train.selected_runs(runs, ["supcon", "supcon_trained"])
+  runs = experiment.model_configs(config)
+  chosen = experiment.selected_runs(runs, ["supcon", "supcon_trained"])
   assert [run.name for run in chosen] == ["supcon", "supcon_trained", "supcon_seed1", "supcon_trained_seed1"]
-  assert train.selected_runs(runs, []) == runs
+  assert experiment.selected_runs(runs, []) == runs
   with pytest.raises(ValueError, match="supcon_trained starts from supcon, which is left out; add supcon"):
-    train.selected_runs(runs, ["supcon_trained"])
+    experiment.selected_runs(runs, ["supcon_trained"])
   with pytest.raises(ValueError, match="--runs supcon_seed1, trained: not a run of this config; its runs: supcon, "):
-    train.selected_runs(runs, ["trained", "supcon_seed1"])
+    experiment.selected_runs(runs, ["trained", "supcon_seed1"])

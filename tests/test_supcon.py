@@ -11,8 +11,10 @@ import pytest
 
 from configs import supcon as supcon_config
 import docent_jax
+from docent_jax import experiment
 from docent_jax import predict
-from docent_jax import train
+from docent_jax import run_dir as run_dirs
+from docent_jax import trainer as trainers
 from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.data.offers import labels as offer_labels
 from docent_jax.data.offers import sampling as offer_sampling
@@ -108,19 +110,19 @@ def supcon_run(products_dir, tmp_path_factory):
   """Every model of the tiny config trained once: (config, workdir, results)."""
   config = tiny_config(products_dir, tmp_path_factory.mktemp("tfds"))
   workdir = tmp_path_factory.mktemp("supcon_run") / "run"
-  return config, workdir, train.train_and_evaluate(config, workdir)
+  return config, workdir, experiment.train_and_evaluate(config, workdir)
 
 
 @pytest.mark.parametrize("head_init", ["probe", "fresh"])
 def test_trained_encoder_starts_from_the_frozen_encoders_probe_when_configured(products_dir, tmp_path, head_init):
   config = tiny_config(products_dir, tmp_path / "tfds")
   config.model.head_init = head_init
-  runs = {c.name: c for c in train.model_configs(config)}
-  pretraining = train.Trainer(runs["supcon"], tmp_path / "supcon")
+  runs = {c.name: c for c in experiment.model_configs(config)}
+  pretraining = trainers.Trainer(runs["supcon"], tmp_path / "supcon")
   params = pretraining.initial_state().params
   parent = pretraining.objective.model(params)
   probe = pair_matching.linear_probe(parent, pretraining.objective.evaluation_data())
-  stage = train.Trainer(runs["supcon_trained"], tmp_path / "supcon_trained")
+  stage = trainers.Trainer(runs["supcon_trained"], tmp_path / "supcon_trained")
   stage.objective.start_from(parent)
   head = stage.initial_state().params["head"]["output"]
   starts_at_probe = np.allclose(np.asarray(head["kernel"])[:, 0], probe.weights, atol=1e-6)
@@ -135,7 +137,7 @@ def test_trained_encoder_starts_from_the_frozen_encoders_probe_when_configured(p
 
 def test_every_model_of_the_config_trains_and_reports(supcon_run):
   _, workdir, results = supcon_run
-  assert json.loads((workdir / train.RESULTS_FILE).read_text()) == pytest.approx(results)
+  assert json.loads((workdir / run_dirs.RESULTS_FILE).read_text()) == pytest.approx(results)
   for model in ("supcon_frozen", "supcon_head", "supcon_trained", "self_supervised", "supcon_mixed", "cross_encoder"):
     for split in ("validation", "test"):
       for metric in ("precision", "recall", "f1"):
@@ -153,7 +155,7 @@ def test_every_model_of_the_config_trains_and_reports(supcon_run):
 
 def test_loaded_runs_score_pairs_as_their_evaluation_did_and_predict_matches(supcon_run, tmp_path):
   config, workdir, results = supcon_run
-  corpus = train.Trainer(config, tmp_path / "unused").objective.evaluation_data()
+  corpus = trainers.Trainer(config, tmp_path / "unused").objective.evaluation_data()
   for run in ("supcon_trained", "cross_encoder"):
     model = docent_jax.load(workdir / run)
     assert pair_matching.classify_pairs(model, corpus, "test") == pytest.approx(
@@ -177,7 +179,7 @@ def test_loaded_runs_score_pairs_as_their_evaluation_did_and_predict_matches(sup
   # A trained classifier evaluated on a config's pairs (here its own) by that config's cross-encoder evaluators.
   transfer = config.copy_and_resolve_references()
   transfer.model_init = str(workdir / "cross_encoder")
-  evaluated = train.evaluate(transfer, tmp_path / "transfer")
+  evaluated = experiment.evaluate(transfer, tmp_path / "transfer")
   name = f"{workdir.name}.cross_encoder"
   assert evaluated == pytest.approx({key.replace("cross_encoder/", f"{name}/"): value for key, value in results.items()
                                      if key.startswith("cross_encoder/")}, abs=1e-5)
@@ -192,9 +194,9 @@ def test_evaluate_mode_restores_every_run_and_trains_nothing(supcon_run, tmp_pat
   def no_training(*args, **kwargs):
     raise AssertionError("--mode=evaluate took an optimizer step")
 
-  monkeypatch.setattr(train.Trainer, "compile_train_step", no_training)
-  (workdir / train.RESULTS_FILE).unlink()
-  assert train.evaluate(config, workdir) == pytest.approx(results, rel=1e-5)
+  monkeypatch.setattr(trainers.Trainer, "compile_train_step", no_training)
+  (workdir / run_dirs.RESULTS_FILE).unlink()
+  assert experiment.evaluate(config, workdir) == pytest.approx(results, rel=1e-5)
   assert sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*") if "checkpoints" in p.parts) == snapshot
 
 
@@ -213,7 +215,7 @@ def test_a_run_interrupted_during_fine_tuning_resumes_that_stage_exactly(supcon_
   config.baselines = {}  # Pre-training and its fine-tuning stage are what this test interrupts and resumes.
   uninterrupted = {key: value for key, value in uninterrupted.items() if key.split("/")[0] not in baselines}
 
-  compile_train_step = train.Trainer.compile_train_step
+  compile_train_step = trainers.Trainer.compile_train_step
 
   def stopping_at_step_3(self, state, *args):
     step_fn = compile_train_step(self, state, *args)
@@ -227,13 +229,13 @@ def test_a_run_interrupted_during_fine_tuning_resumes_that_stage_exactly(supcon_
 
     return step
 
-  monkeypatch.setattr(train.Trainer, "compile_train_step", stopping_at_step_3)
+  monkeypatch.setattr(trainers.Trainer, "compile_train_step", stopping_at_step_3)
   with pytest.raises(_Interrupted):
-    train.train_and_evaluate(config, tmp_path / "resumed")
+    experiment.train_and_evaluate(config, tmp_path / "resumed")
   assert (tmp_path / "resumed" / "supcon_trained" / "checkpoints" / "2").is_dir()
   assert not (tmp_path / "resumed" / "supcon_trained" / "checkpoints" / "5").exists()
-  monkeypatch.setattr(train.Trainer, "compile_train_step", compile_train_step)
-  resumed = train.train_and_evaluate(config, tmp_path / "resumed")
+  monkeypatch.setattr(trainers.Trainer, "compile_train_step", compile_train_step)
+  resumed = experiment.train_and_evaluate(config, tmp_path / "resumed")
   for a, b in zip(jax.tree.leaves(_stage_params(tmp_path / "resumed", "supcon_trained", 5)),
                   jax.tree.leaves(_stage_params(uninterrupted_dir, "supcon_trained", 5)), strict=True):
     np.testing.assert_allclose(a, b, atol=1e-6)

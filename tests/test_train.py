@@ -18,9 +18,11 @@ import pytest
 from configs import blp
 import docent_jax
 from docent_jax import checkpoints
-from docent_jax.evaluation import registry as evaluators
+from docent_jax import experiment
 from docent_jax import parallel
-from docent_jax import train
+from docent_jax import run_dir as run_dirs
+from docent_jax import trainer as trainers
+from docent_jax.evaluation import registry as evaluators
 import kg_fixtures
 import tiny_training
 
@@ -42,7 +44,7 @@ def trained(kg_dir, tfds_dir, tmp_path_factory) -> tuple[ml_collections.ConfigDi
   """(config, workdir, results) of `_evaluated_config` trained once; tests that write to it take a copy."""
   config = _evaluated_config(kg_dir, tfds_dir)
   workdir = tmp_path_factory.mktemp("trained") / "run"
-  return config, workdir, train.train_and_evaluate(config, workdir)
+  return config, workdir, experiment.train_and_evaluate(config, workdir)
 
 
 def _copy(workdir: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
@@ -79,25 +81,25 @@ def test_train_writes_results_and_evaluate_mode_recomputes_them(trained, tmp_pat
     assert (workdir / model / "checkpoints" / "8").is_dir()
     assert list((workdir / model).glob("events.out.tfevents.*")), "no TensorBoard summaries"
   (workdir / "results.json").unlink()
-  assert train.evaluate(config, workdir) == pytest.approx(results, abs=1e-6)
+  assert experiment.evaluate(config, workdir) == pytest.approx(results, abs=1e-6)
 
 
 def test_a_transductive_graph_reports_the_settings_that_apply(tfds_dir, tmp_path):
   kg_dir = kg_fixtures.write_transductive_kg(tmp_path / "transductive_kg")
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
-  results = train.train_and_evaluate(config, tmp_path / "run")
+  results = experiment.train_and_evaluate(config, tmp_path / "run")
   assert json.loads((tmp_path / "run" / "results.json").read_text()) == results
   for split in ("validation", "test"):
     assert 0.0 < results[f"blp_transe/{split}/mrr"] <= 1.0
   assert not [key for key in results if "transfer_" in key or "classification" in key]
   (tmp_path / "run" / "results.json").unlink()
-  assert train.evaluate(config, tmp_path / "run") == pytest.approx(results, abs=1e-6)
+  assert experiment.evaluate(config, tmp_path / "run") == pytest.approx(results, abs=1e-6)
 
 
 def test_an_evaluation_round_encodes_the_entity_set_once(trained):
   """Validation and test ranking and entity classification read one encoding of the entities per params."""
   config, workdir, _ = trained
-  trainer = train.Trainer(config, workdir / "blp_transe")
+  trainer = trainers.Trainer(config, workdir / "blp_transe")
   model = trainer.objective.model(trainer.restore_params()[0])
   encoded = []
   encode = model._encode
@@ -134,8 +136,8 @@ def test_the_transductive_setting_trains_and_ranks_the_transductive_triples(tfds
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   config.data.setting = "transductive"
   config.evals = {"validation": config.evals.validation, "test": config.evals.test}
-  results = train.train_and_evaluate(config, tmp_path / "run")
-  graph = train.Trainer(config, tmp_path / "run").objective.graph
+  results = experiment.train_and_evaluate(config, tmp_path / "run")
+  graph = trainers.Trainer(config, tmp_path / "run").objective.graph
   assert graph.name.endswith("/transductive")
   ids = {e: i for i, e in enumerate(graph.entity_ids)}
   relations = {r: i for i, r in enumerate(graph.relation_ids)}
@@ -162,7 +164,7 @@ def test_results_of_another_config_in_the_workdir_are_kept(trained, kg_dir, tfds
   distmult = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   distmult.train.num_steps = 2
   distmult.model.scoring = "distmult"
-  second = train.train_and_evaluate(distmult, workdir)
+  second = experiment.train_and_evaluate(distmult, workdir)
   assert {key.split("/")[0] for key in first} == {"blp_transe", "be_bow"}
   assert {key.split("/")[0] for key in second} == {"blp_distmult"}
   assert json.loads((workdir / "results.json").read_text()) == {**first, **second}
@@ -172,12 +174,12 @@ def test_changed_data_under_the_same_path_is_refused(tfds_dir, tmp_path):
   kg_dir = kg_fixtures.write_tiny_kg(tmp_path / "kg")
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   config.train.num_steps = 2
-  train.train_and_evaluate(config, tmp_path / "run")
+  experiment.train_and_evaluate(config, tmp_path / "run")
   # One entity renamed in every file: the same counts, other ids.
   for path in kg_dir.iterdir():
     path.write_text(path.read_text().replace("e005", "e005x"))
-  for run in (train.evaluate, train.train_and_evaluate):
-    with pytest.raises(checkpoints.DataMismatchError, match=r"trained on different data.*entity_ids_digest changed"):
+  for run in (experiment.evaluate, experiment.train_and_evaluate):
+    with pytest.raises(run_dirs.DataMismatchError, match=r"trained on different data.*entity_ids_digest changed"):
       run(config, tmp_path / "run")
 
 
@@ -203,7 +205,7 @@ def test_bad_config_values_are_refused_before_anything_is_written(kg_dir, tfds_d
   section, name = key.split(".")
   config[section][name] = value
   with pytest.raises(ValueError, match=f"config.{key} = {value!r}: {message}"):
-    train.train_and_evaluate(config, tmp_path / "run")
+    experiment.train_and_evaluate(config, tmp_path / "run")
   assert not (tmp_path / "run").exists() or not list((tmp_path / "run").rglob("*"))
 
 
@@ -211,20 +213,20 @@ def test_a_baselines_bad_value_is_refused_before_the_main_run_trains(kg_dir, tfd
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   config.baselines = {"be_bow": {"model": {"encoder": "bow"}, "optim": {"learning_rate": -1.0}}}
   with pytest.raises(ValueError, match="config.optim.learning_rate = -1.0: must be greater than 0"):
-    train.train_and_evaluate(config, tmp_path / "run")
+    experiment.train_and_evaluate(config, tmp_path / "run")
   assert not (tmp_path / "run").exists()
 
 
 def test_a_workdir_where_nothing_was_trained_accepts_a_corrected_config(kg_dir, tfds_dir, tmp_path):
   first = kg_fixtures.tiny_config(kg_dir, tfds_dir)
-  checkpoints.guard_workdir_config(tmp_path, first)
+  run_dirs.RunDir(tmp_path).record_config(first)
   corrected = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   corrected.optim.learning_rate = 1e-4
-  checkpoints.guard_workdir_config(tmp_path, corrected)
-  assert checkpoints.recorded_config(tmp_path).optim.learning_rate == 1e-4
+  run_dirs.RunDir(tmp_path).record_config(corrected)
+  assert run_dirs.RunDir(tmp_path).recorded_config().optim.learning_rate == 1e-4
   (tmp_path / "checkpoints" / "2").mkdir(parents=True)
-  with pytest.raises(checkpoints.ConfigMismatchError, match="differing keys: optim.learning_rate"):
-    checkpoints.guard_workdir_config(tmp_path, first)
+  with pytest.raises(run_dirs.ConfigMismatchError, match="differing keys: optim.learning_rate"):
+    run_dirs.RunDir(tmp_path).record_config(first)
 
 
 def test_a_damaged_latest_checkpoint_names_itself_and_the_step_to_resume_from(trained, tmp_path):
@@ -236,26 +238,26 @@ def test_a_damaged_latest_checkpoint_names_itself_and_the_step_to_resume_from(tr
     if path.is_file() and path.stat().st_size > 0:
       path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
   with pytest.raises(checkpoints.CheckpointError, match=r"Checkpoint 8 in .* remove it to resume from step 6"):
-    train.train_and_evaluate(config, workdir)
+    experiment.train_and_evaluate(config, workdir)
   shutil.rmtree(checkpoint_dir / "8")
   # ...then step 6 without its metadata.
   (checkpoint_dir / "6" / "state" / "_METADATA").unlink()
   with pytest.raises(checkpoints.CheckpointError, match=r"Checkpoint 6 in .* remove it to resume from step 4"):
-    train.train_and_evaluate(config, workdir)
+    experiment.train_and_evaluate(config, workdir)
   shutil.rmtree(checkpoint_dir / "6")
   # Resumed from step 4, the run (best-step selection included) ends where the undamaged one did.
-  assert train.train_and_evaluate(config, workdir) == pytest.approx(results, abs=1e-5)
+  assert experiment.train_and_evaluate(config, workdir) == pytest.approx(results, abs=1e-5)
 
 
 def test_a_model_without_training_steps_keeps_its_initial_state(kg_dir, tfds_dir, tmp_path):
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   config.train.num_steps = 0
-  trainer = train.Trainer(config, tmp_path)
+  trainer = trainers.Trainer(config, tmp_path)
   initial = jax.device_get(trainer.train()[0])
   assert (tmp_path / "checkpoints" / "0").is_dir()
-  _assert_trees_close(train.Trainer(config, tmp_path).restore_params()[0], initial, atol=0)
+  _assert_trees_close(trainers.Trainer(config, tmp_path).restore_params()[0], initial, atol=0)
   # A rerun (e.g. after a later model of the config failed) finds the step-0 checkpoint and keeps it.
-  _assert_trees_close(jax.device_get(train.Trainer(config, tmp_path).train()[0]), initial, atol=0)
+  _assert_trees_close(jax.device_get(trainers.Trainer(config, tmp_path).train()[0]), initial, atol=0)
 
 
 def _loss_and_grads(kg_dir, tfds_dir, shape=(1, 1), dtype="float32", remat=False, encoder="bert"):
@@ -266,7 +268,7 @@ def _loss_and_grads(kg_dir, tfds_dir, shape=(1, 1), dtype="float32", remat=False
   config.model.bert.hidden_size = 64  # Divisible by 4: the model axis really splits the projections.
   config.model.bert.intermediate_size = 128
   config.model.update(dtype=dtype, remat=remat)
-  trainer = train.Trainer(config, "unused")
+  trainer = trainers.Trainer(config, "unused")
   state = trainer.initial_state()
   assert {x.dtype for x in jax.tree.leaves((state.params, state.opt_state)) if x.ndim} == {np.dtype("float32")}
   batch = parallel.global_batch(next(iter(trainer.objective.train_batches(0))), trainer.mesh)
@@ -386,7 +388,7 @@ def test_sigterm_saves_the_current_step_and_the_launchers_resume_finishes_the_ru
   assert steps[-1] == 5
   assert not (stopped / "results.json").exists()
   # The VM went away before its processes released their locks; the recreated VM has other host names.
-  lock = stopped / "blp_transe" / checkpoints.LOCK_FILE
+  lock = stopped / "blp_transe" / run_dirs.LOCK_FILE
   lock.write_text(json.dumps({"host": "t1v-n-gone-w-0", "pid": 4321}))
   refused = subprocess.run(command, cwd=REPO_ROOT, env=tiny_training.subprocess_env(2), capture_output=True, text=True)
   assert refused.returncode == 1 and "restart with --resume_preempted" in refused.stderr.splitlines()[-1]
@@ -404,12 +406,12 @@ def test_sigterm_during_the_final_evaluation_ends_with_one_line_and_keeps_every_
   workdir = pathlib.Path(shutil.copytree(uninterrupted, tmp_path / "run"))
   results = (workdir / "results.json").read_text()
   script = ("import os, signal, sys\n"
-            "from docent_jax import main, train\n"
-            "report = train.Trainer.report\n"
+            "from docent_jax import main, trainer as trainers\n"
+            "report = trainers.Trainer.report\n"
             "def stopped(*args):\n"
             "  os.kill(os.getpid(), signal.SIGTERM)\n"
             "  return report(*args)\n"
-            "train.Trainer.report = stopped\n"
+            "trainers.Trainer.report = stopped\n"
             "sys.argv = sys.argv[1:]\n"
             "main.run()\n")
   command = _main_command(kg_dir, tfds_dir, workdir, "--mode=evaluate")
@@ -464,31 +466,31 @@ def test_sigterm_in_a_multi_process_job_saves_one_agreed_step_and_every_process_
 
 def test_workdir_of_another_config_is_refused(kg_dir, tfds_dir, tmp_path):
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
-  checkpoints.guard_workdir_config(tmp_path, config)
-  recorded = (tmp_path / checkpoints.CONFIG_FILE).read_text()
+  run_dirs.RunDir(tmp_path).record_config(config)
+  recorded = (tmp_path / run_dirs.CONFIG_FILE).read_text()
   (tmp_path / "checkpoints" / "2").mkdir(parents=True)  # A trained step.
   config.mesh.shape = (2, 4)  # Where it runs, how it reads ahead and whether it recomputes may change...
   config.data.update(num_workers=2, prefetch=0)
   config.model.remat = True
-  checkpoints.guard_workdir_config(tmp_path, config)
+  run_dirs.RunDir(tmp_path).record_config(config)
   config.model.scoring = "distmult"  # ...what it computes may not.
-  with pytest.raises(checkpoints.ConfigMismatchError, match="model.scoring"):
-    checkpoints.guard_workdir_config(tmp_path, config)
-  assert (tmp_path / checkpoints.CONFIG_FILE).read_text() == recorded
+  with pytest.raises(run_dirs.ConfigMismatchError, match="model.scoring"):
+    run_dirs.RunDir(tmp_path).record_config(config)
+  assert (tmp_path / run_dirs.CONFIG_FILE).read_text() == recorded
 
 
 def test_a_run_recorded_before_a_key_was_added_resumes_only_with_the_earlier_value(kg_dir, tfds_dir, tmp_path):
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
-  checkpoints.guard_workdir_config(tmp_path, config)
-  recorded = json.loads((tmp_path / checkpoints.CONFIG_FILE).read_text())
+  run_dirs.RunDir(tmp_path).record_config(config)
+  recorded = json.loads((tmp_path / run_dirs.CONFIG_FILE).read_text())
   # As a run before these keys wrote it.
   del recorded["optim"]["schedule"], recorded["data"]["drop_stopwords"], recorded["data"]["train_entity_fraction"]
-  (tmp_path / checkpoints.CONFIG_FILE).write_text(json.dumps(recorded))
+  (tmp_path / run_dirs.CONFIG_FILE).write_text(json.dumps(recorded))
   (tmp_path / "checkpoints" / "2").mkdir(parents=True)
-  checkpoints.guard_workdir_config(tmp_path, config)  # "linear" and no stop-word removal: what it trained with.
+  run_dirs.RunDir(tmp_path).record_config(config)  # "linear" and no stop-word removal: what it trained with.
   config.optim.schedule = "constant"
-  with pytest.raises(checkpoints.ConfigMismatchError, match="optim.schedule"):
-    checkpoints.guard_workdir_config(tmp_path, config)
+  with pytest.raises(run_dirs.ConfigMismatchError, match="optim.schedule"):
+    run_dirs.RunDir(tmp_path).record_config(config)
 
 
 def _scalars(directory: pathlib.Path, tag: str) -> dict[int, float]:
@@ -510,7 +512,7 @@ def test_evaluation_during_training_reaches_tensorboard_and_the_best_params_are_
   assert [p.name for p in (run_dir / "best").iterdir() if p.name.isdigit()] == [str(best_step)]
   # results.json holds the best step's validation MRR, and test numbers of the same params.
   assert results["blp_transe/validation/mrr"] == pytest.approx(mrr[best_step], abs=1e-6)
-  trainer = train.Trainer(config, run_dir)
+  trainer = trainers.Trainer(config, run_dir)
   best_params = trainer.restore_params()[0]
   test = evaluators.specs(config)[1]
   assert test.name == "test"
@@ -526,7 +528,7 @@ def test_a_non_finite_loss_stops_the_run_before_its_state_is_saved(kg_dir, tfds_
   config.optim.warmup_steps = 0
   config.train.log_every_steps = 1
   with pytest.raises(FloatingPointError, match=r"blp_transe step \d: non-finite .*stopped before saving"):
-    train.Trainer(config, tmp_path).train()
+    trainers.Trainer(config, tmp_path).train()
   saved = [int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()]
   for step in saved:  # Whatever was saved before the stop is finite.
     params = ocp.StandardCheckpointer().restore(tmp_path / "checkpoints" / str(step) / "state")["params"]
@@ -540,28 +542,28 @@ def test_a_gs_workdir_trains_resumes_and_evaluates_on_cloud_storage(kg_dir, tfds
   # TensorFlow's summary writer reaches Cloud Storage through its own client, which has no emulator
   # endpoint: the test checks the URL it is given and lets it write locally.
   summary_dirs = []
-  create_writer = train.metric_writers.create_default_writer
+  create_writer = trainers.metric_writers.create_default_writer
 
   def local_writer(logdir, **kwargs):
     summary_dirs.append(os.fspath(logdir))
     return create_writer(tmp_path / "summaries" / pathlib.Path(os.fspath(logdir)).name, **kwargs)
 
-  monkeypatch.setattr(train.metric_writers, "create_default_writer", local_writer)
+  monkeypatch.setattr(trainers.metric_writers, "create_default_writer", local_writer)
   workdir = "gs://bucket/runs/tiny"
-  results = train.train_and_evaluate(config, workdir)
+  results = experiment.train_and_evaluate(config, workdir)
 
   run = epath.Path(workdir)
   assert json.loads((run / "results.json").read_text()) == results
-  assert (run / "blp_transe" / checkpoints.CONFIG_FILE).exists()
+  assert (run / "blp_transe" / run_dirs.CONFIG_FILE).exists()
   assert {p.name for p in (run / "blp_transe" / "checkpoints").iterdir()} >= {"4", "6"}
   assert [p.name for p in (run / "blp_transe" / "best").iterdir() if p.name.isdigit()] in (["3"], ["6"])
   assert set(summary_dirs) == {f"{workdir}/blp_transe"}
   assert not (tmp_path / "gs:").exists(), "a gs:// path went through pathlib"
 
   # A second launch restores the finished run from the bucket; evaluate mode recomputes the results.
-  assert train.train_and_evaluate(config, workdir) == pytest.approx(results, abs=1e-6)
+  assert experiment.train_and_evaluate(config, workdir) == pytest.approx(results, abs=1e-6)
   (run / "results.json").unlink()
-  assert train.evaluate(config, workdir) == pytest.approx(results, abs=1e-6)
+  assert experiment.evaluate(config, workdir) == pytest.approx(results, abs=1e-6)
   assert json.loads((run / "results.json").read_text()) == pytest.approx(results, abs=1e-6)
   assert not (tmp_path / "gs:").exists()
 
@@ -584,29 +586,29 @@ def test_a_run_stopped_during_an_evaluation_evaluates_that_step_when_it_resumes(
 
   monkeypatch.setattr(evaluators.EvalSpec, "run", stop_at_fourth_validation)
   with pytest.raises(Stopped):
-    train.train_and_evaluate(config, workdir)
+    experiment.train_and_evaluate(config, workdir)
   monkeypatch.setattr(evaluators.EvalSpec, "run", run)
   run_dir = workdir / "blp_transe"
-  assert checkpoints.StateCheckpoints(run_dir).latest_step() == 4
-  logged = [json.loads(line) for line in (run_dir / checkpoints.EVALUATIONS_FILE).read_text().splitlines()]
+  assert run_dirs.RunDir(run_dir).state_checkpoints().latest_step() == 4
+  logged = [json.loads(line) for line in (run_dir / run_dirs.EVALUATIONS_FILE).read_text().splitlines()]
   assert [(e["step"], e["evaluator"]) for e in logged] == [(1, "validation"), (2, "validation"), (3, "validation")]
 
-  assert train.train_and_evaluate(config, workdir) == pytest.approx(results, abs=1e-5)
+  assert experiment.train_and_evaluate(config, workdir) == pytest.approx(results, abs=1e-5)
   # Every step's validation reached TensorBoard and the log once, step 4 included.
   assert _scalars(run_dir, "validation/mrr") == pytest.approx(_scalars(trained_dir / "blp_transe", "validation/mrr"),
                                                              abs=1e-5)
-  logged = [json.loads(line) for line in (run_dir / checkpoints.EVALUATIONS_FILE).read_text().splitlines()]
+  logged = [json.loads(line) for line in (run_dir / run_dirs.EVALUATIONS_FILE).read_text().splitlines()]
   assert [e["step"] for e in logged if e["evaluator"] == "validation"] == list(range(1, 9))
   # A restart of the finished run owes nothing.
-  assert train.train_and_evaluate(config, workdir) == pytest.approx(results, abs=1e-5)
-  assert len((run_dir / checkpoints.EVALUATIONS_FILE).read_text().splitlines()) == len(logged)
+  assert experiment.train_and_evaluate(config, workdir) == pytest.approx(results, abs=1e-5)
+  assert len((run_dir / run_dirs.EVALUATIONS_FILE).read_text().splitlines()) == len(logged)
 
 
 def test_a_damaged_evaluation_log_names_its_file_and_line(tmp_path):
-  log = tmp_path / checkpoints.EVALUATIONS_FILE
+  log = tmp_path / run_dirs.EVALUATIONS_FILE
   log.write_text('{"step": 1, "evaluator": "validation", "metrics": {}}\n{"step": 2, "evalua')
-  with pytest.raises(ValueError, match=rf"{checkpoints.EVALUATIONS_FILE}:2: not an evaluation record"):
-    checkpoints.EvaluationLog(tmp_path)
+  with pytest.raises(ValueError, match=rf"{run_dirs.EVALUATIONS_FILE}:2: not an evaluation record"):
+    run_dirs.RunDir(tmp_path).evaluation_log()
 
 
 def test_the_final_table_shows_headline_test_metrics_within_100_columns():
@@ -616,7 +618,7 @@ def test_the_final_table_shows_headline_test_metrics_within_100_columns():
   results.update({"model_0/test/head/mrr": 0.25, "model_0/analogy_word/accuracy": 0.75})
   results.update({f"universal/analogy_{kind}/accuracy": 0.6 for kind in ("word", "phrase", "phrase_set",
                                                                           "sentence", "extra")})
-  lines = train.results_table(results).splitlines()
+  lines = experiment.results_table(results).splitlines()
   assert all(len(line) <= 100 for line in lines)  # Columns that would not fit are left to results.json.
   assert lines[0].split()[:4] == ["model", "test/mrr", "test/hits@10", "test/classification_accuracy"]
   assert [line.split()[0] for line in lines[1:]] == ["model_0", "model_1", "model_2", "universal"]

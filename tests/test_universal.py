@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import docent_jax
+from docent_jax import experiment
 from docent_jax import parallel
 from docent_jax import predict
-from docent_jax import train
+from docent_jax import trainer as trainers
 from docent_jax.data.universal import sampling
 from docent_jax.evaluation import faq_retrieval
 from docent_jax.evaluation import pair_tasks
@@ -63,7 +64,7 @@ def test_multitask_loss_and_gradients_on_a_sharded_mesh_equal_one_device(tiny_co
     config.mesh.shape = shape
     config.model.bert.hidden_size = 64  # Divisible by 4: the model axis really splits the projections.
     config.model.bert.intermediate_size = 128
-    trainer = train.Trainer(config, "unused")
+    trainer = trainers.Trainer(config, "unused")
     state = trainer.initial_state()
     batch = next(iter(trainer.objective.train_batches(0)))
     assert set(batch["task"].tolist()) == {0, 1}
@@ -88,7 +89,7 @@ def _leaf(tree, path):
 
 
 def test_training_reports_tasks_analogies_and_similarity_for_every_model(tiny_config, tmp_path):
-  results = train.train_and_evaluate(tiny_config, tmp_path)
+  results = experiment.train_and_evaluate(tiny_config, tmp_path)
   for model, tasks in {"universal_multitask": ("nli", "phrase"), "universal_nli": ("nli",), "pretrained": ()}.items():
     for task in tasks:
       assert 0.0 <= results[f"{model}/validation/{task}_accuracy"] <= 1.0, (model, task)
@@ -104,7 +105,7 @@ def test_training_reports_tasks_analogies_and_similarity_for_every_model(tiny_co
       "phrases_minilm-l6.json", "words_minilm-l6.json"]
   # The loaded multi-task run's heads classify the held-out pairs as its evaluation did.
   model = docent_jax.load(tmp_path / "universal_multitask")
-  sources = train.Trainer(tiny_config, "unused").objective.evaluation_data()
+  sources = trainers.Trainer(tiny_config, "unused").objective.evaluation_data()
   max_pairs = tiny_config.evals.validation.max_pairs
   assert pair_tasks.classify_held_out_pairs(model, sources, "validation", max_pairs) == pytest.approx(
       {key.removeprefix("universal_multitask/"): value for key, value in results.items()
@@ -121,19 +122,19 @@ def faq_config(tmp_path_factory):
 
 
 def test_faq_negatives_never_hold_the_right_item_and_retrieved_ones_follow_the_pretrained_encoder(faq_config):
-  retrieved = train.Trainer(faq_config, "unused").objective
+  retrieved = trainers.Trainer(faq_config, "unused").objective
   negatives = retrieved.negatives()
   relevant = retrieved.faq.relevant["train"]
   assert negatives.shape == (len(relevant), 4)
   assert not (negatives == relevant[:, None]).any()
   config = faq_config.copy_and_resolve_references()
   config.loss.negatives = "random"
-  random = train.Trainer(config, "unused").objective.negatives()
+  random = trainers.Trainer(config, "unused").objective.negatives()
   assert not (random == relevant[:, None]).any()
   # Retrieved negatives are the wrong items the encoder as shipped scores highest for the query.
   shipped = faq_config.copy_and_resolve_references()
   shipped.model.pretrained = "minilm-l6"
-  trainer = train.Trainer(shipped, "unused")
+  trainer = trainers.Trainer(shipped, "unused")
   params = trainer.initial_state().params
   scores = faq_retrieval.cosine_scores(trainer.objective.vectors(params, retrieved.query_tokens["train"]),
                                        trainer.objective.vectors(params, retrieved.question_tokens))
@@ -146,7 +147,7 @@ def test_faq_negatives_never_hold_the_right_item_and_retrieved_ones_follow_the_p
 
 
 def test_faq_fine_tuning_reports_every_model_and_the_lexical_baselines(faq_config, tmp_path):
-  results = train.train_and_evaluate(faq_config, tmp_path)
+  results = experiment.train_and_evaluate(faq_config, tmp_path)
   for model in ("faq_retrieved", "faq_zero_shot", "tfidf", "bm25"):
     for metric in ("top1", "mrr"):
       assert 0.0 <= results[f"{model}/test/{metric}"] <= 1.0, (model, metric)
@@ -159,7 +160,7 @@ def test_faq_fine_tuning_reports_every_model_and_the_lexical_baselines(faq_confi
   assert results["faq_retrieved@seeds/test/num_seeds"] == 2
   assert json.loads((tmp_path / "results.json").read_text()) == results
   # A loaded FAQ run ranks the FAQ as its evaluation did, and answers questions from its own FAQ, data gone.
-  faq = train.Trainer(faq_config, "unused").objective.evaluation_data()
+  faq = trainers.Trainer(faq_config, "unused").objective.evaluation_data()
   model = docent_jax.load(tmp_path / "faq_retrieved")
   assert faq_retrieval.rank_faq(model, faq) == pytest.approx(
       {key.removeprefix("faq_retrieved/"): value for key, value in results.items()

@@ -4,7 +4,7 @@ For each objective (BLP on the default WordNet subgraph, `configs/default.py`; D
 SupCon on Abt-Buy; universal multitask; all with MiniLM-L6), the batches of its `train_batches` are read
 through `pipeline.batch_iterator` as the trainer reads them: in the training process without read-ahead, with
 a reading thread, and (for `--workers_for`) by 1 and 2 worker processes. The consumed rate is that of
-`train.Trainer`'s jitted step on a real batch. Examples are units of `train.global_batch_size` (SupCon: an
+`trainers.Trainer`'s jitted step on a real batch. Examples are units of `train.global_batch_size` (SupCon: an
 anchor and its partner). The real data come from $DOCENT_JAX_DATA, or ../shared/data beside the repository,
 built into TFDS's data directory when needed. Prints one JSON object; `--output` also writes it to a file.
 
@@ -37,7 +37,7 @@ from configs import supcon  # pylint: disable=g-import-not-at-top
 from configs import universal  # pylint: disable=g-import-not-at-top
 from docent_jax import outputs  # pylint: disable=g-import-not-at-top
 from docent_jax import parallel  # pylint: disable=g-import-not-at-top
-from docent_jax import train  # pylint: disable=g-import-not-at-top
+from docent_jax import trainer as trainers  # pylint: disable=g-import-not-at-top
 from docent_jax.data import pipeline  # pylint: disable=g-import-not-at-top
 
 # (num_workers, prefetch) of each measured read-ahead; None: the --prefetch argument.
@@ -77,7 +77,7 @@ CONFIGS: dict[str, Callable[[pathlib.Path], ml_collections.ConfigDict]] = {
     "blp": _blp, "docent_dual": _docent_dual, "supcon": _supcon, "universal": _universal}
 
 
-def produced_rate(trainer: train.Trainer, num_workers: int, prefetch: int, batches: int) -> tuple[float, float]:
+def produced_rate(trainer: trainers.Trainer, num_workers: int, prefetch: int, batches: int) -> tuple[float, float]:
   """(Examples/s over `batches` batches after the warm-up, seconds to the first batch)."""
   examples = trainer.config.train.global_batch_size
   iterator = pipeline.batch_iterator(trainer.objective.train_batches(trainer.config.seed), num_workers=num_workers,
@@ -95,7 +95,7 @@ def produced_rate(trainer: train.Trainer, num_workers: int, prefetch: int, batch
   return examples * batches / seconds, first
 
 
-def consumed_rate(trainer: train.Trainer, steps: int) -> tuple[float, float]:
+def consumed_rate(trainer: trainers.Trainer, steps: int) -> tuple[float, float]:
   """(Examples/s of the jitted train step on the first training batch (median of `steps`), compile seconds)."""
   iterator = pipeline.batch_iterator(trainer.objective.train_batches(trainer.config.seed))
   batch = parallel.global_batch(next(iterator), trainer.mesh, trainer.objective.shared_batch_keys)
@@ -120,7 +120,7 @@ def bench(name: str, data_dir: pathlib.Path, args: argparse.Namespace) -> dict[s
   start = time.perf_counter()
   # TFDS reports a first build on stdout, which keeps the JSON; the trainer writes nothing before training.
   with contextlib.redirect_stdout(sys.stderr), tempfile.TemporaryDirectory() as workdir:
-    trainer = train.Trainer(config, workdir)
+    trainer = trainers.Trainer(config, workdir)
   result: dict[str, Any] = {"config": config.name, "global_batch_size": config.train.global_batch_size,
                             "max_len": config.data.max_len, "load_seconds": round(time.perf_counter() - start, 1)}
   produced, first = {}, {}

@@ -12,13 +12,12 @@ import sys
 from absl import app
 from absl import flags
 from absl import logging
-from etils import epath
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import docent_jax  # pylint: disable=g-import-not-at-top
-from docent_jax import checkpoints  # pylint: disable=g-import-not-at-top
 from docent_jax import outputs  # pylint: disable=g-import-not-at-top
+from docent_jax import run_dir as run_dirs  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
 
@@ -31,19 +30,19 @@ def define_flags() -> None:
 
 def main(argv: list[str]) -> None:
   del argv
-  run_dirs = sorted(path for path in epath.Path(FLAGS.workdir).iterdir() if (path / checkpoints.MODEL_FILE).exists())
-  if not run_dirs:
-    raise app.UsageError(f"{FLAGS.workdir} holds no trained run directory (none has {checkpoints.MODEL_FILE}).")
-  for directory in run_dirs:
+  runs = run_dirs.loadable_runs(FLAGS.workdir)
+  if not runs:
+    raise app.UsageError(f"{FLAGS.workdir} holds no trained run directory.")
+  for run in runs:
     try:
-      entity_ids, embeddings = docent_jax.load(directory).entities()
+      entity_ids, embeddings = docent_jax.load(run).entities()
     except (TypeError, ValueError) as error:
-      logging.info("Skipping %s: %s", directory.name, error)
+      logging.info("Skipping %s: %s", run.name, error)
       continue
-    with outputs.atomic_writer(directory / "embeddings.npy", "wb") as file:
+    with outputs.atomic_writer(run.exported_vectors_file, "wb") as file:
       np.save(file, embeddings)
-    outputs.write_atomically(directory / "entity_ids.txt", "\n".join(entity_ids) + "\n")
-    logging.info("Wrote %s embeddings of shape %s to %s.", directory.name, embeddings.shape, directory)
+    outputs.write_atomically(run.exported_ids_file, "\n".join(entity_ids) + "\n")
+    logging.info("Wrote %s embeddings of shape %s to %s.", run.name, embeddings.shape, run)
 
 
 if __name__ == "__main__":

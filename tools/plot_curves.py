@@ -12,7 +12,6 @@ logged twice keeps its last value, and the wall-clock column adds up each file's
 between runs do not count. DIR may be a gs:// path.
 """
 import dataclasses
-import json
 
 from absl import app
 from absl import flags
@@ -24,6 +23,7 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from docent_jax import outputs  # pylint: disable=g-import-not-at-top
+from docent_jax import run_dir as run_dirs  # pylint: disable=g-import-not-at-top
 
 # --x choice -> (its label, its value of a point).
 X_AXES = {
@@ -81,10 +81,7 @@ def parse_run(text: str) -> tuple[str, epath.Path]:
 
 def read_curves(run_dir: epath.Path, metrics: list[str]) -> dict[str, list[Point]]:
   """Each metric's values by step from the run's event files, taken in the order they were written."""
-  config_file = run_dir / "config.json"
-  if not config_file.exists():
-    raise FileNotFoundError(f"{config_file}: not found; --run must name a model directory of a workdir.")
-  batch_size = json.loads(config_file.read_text())["train"]["global_batch_size"]
+  batch_size = run_dirs.RunDir(run_dir).recorded_config().train.global_batch_size
   event_files = list(run_dir.glob("events.out.tfevents.*"))
   if not event_files:
     raise FileNotFoundError(f"{run_dir}: no TensorBoard event files.")

@@ -27,7 +27,7 @@ from ml_collections import config_flags
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import bench_input_pipeline  # pylint: disable=g-import-not-at-top  # A tool beside this one.
 from docent_jax import parallel  # pylint: disable=g-import-not-at-top
-from docent_jax import train  # pylint: disable=g-import-not-at-top
+from docent_jax import trainer as trainers  # pylint: disable=g-import-not-at-top
 from docent_jax.models import blp_model  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
@@ -41,7 +41,7 @@ def define_flags() -> None:
   flags.mark_flags_as_required(["config"])
 
 
-def profile(trainer: train.Trainer, entities: int, repeats: int) -> dict[str, Any]:
+def profile(trainer: trainers.Trainer, entities: int, repeats: int) -> dict[str, Any]:
   """Rates, tokens per row and the largest vector difference of the two ways over `entities` descriptions."""
   config, objective = trainer.config, trainer.objective
   tokens = objective.entity_tokens
@@ -84,7 +84,7 @@ def main(argv: list[str]) -> None:
   del argv
   config = FLAGS.config
   with tempfile.TemporaryDirectory() as workdir:
-    trainer = train.Trainer(config, workdir)
+    trainer = trainers.Trainer(config, workdir)
   print(json.dumps({"cpu": bench_input_pipeline.cpu_model(), "cpu_count": os.cpu_count(),
                     "device": jax.devices()[0].device_kind, "config": config.name, "dataset": config.data.dataset,
                     **profile(trainer, FLAGS.entities, FLAGS.repeats)}, indent=2))

@@ -28,7 +28,7 @@ from ml_collections import config_flags
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import bench_input_pipeline  # pylint: disable=g-import-not-at-top  # A tool beside this one.
 from docent_jax import parallel  # pylint: disable=g-import-not-at-top
-from docent_jax import train  # pylint: disable=g-import-not-at-top
+from docent_jax import trainer as trainers  # pylint: disable=g-import-not-at-top
 from docent_jax.data import pipeline  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
@@ -52,7 +52,7 @@ def median_seconds(fn: Callable[[], Any], calls: int) -> float:
   return statistics.median(times)
 
 
-def profile(trainer: train.Trainer, calls: int) -> dict[str, Any]:
+def profile(trainer: trainers.Trainer, calls: int) -> dict[str, Any]:
   objective, config = trainer.objective, trainer.config
   batches = pipeline.batch_iterator(objective.train_batches(config.seed))
   local_batch = next(batches)
@@ -101,7 +101,7 @@ def main(argv: list[str]) -> None:
   del argv
   config = FLAGS.config
   with tempfile.TemporaryDirectory() as workdir:
-    trainer = train.Trainer(config, workdir)
+    trainer = trainers.Trainer(config, workdir)
   result = {"cpu": bench_input_pipeline.cpu_model(), "cpu_count": os.cpu_count(),
             "device": str(jax.devices()[0].device_kind), "config": config.name,
             "global_batch_size": config.train.global_batch_size, "max_len": config.data.max_len,

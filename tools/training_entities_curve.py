@@ -28,6 +28,7 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))  # configs/, as docent_jax.main finds it.
+from docent_jax import run_dir as run_dirs  # pylint: disable=g-import-not-at-top
 from docent_jax.data.kg import graph as knowledge_graph  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
@@ -59,7 +60,7 @@ def run_fraction(config_arg: str, overrides: dict[str, object], fraction: float,
   command = [sys.executable, "-m", "docent_jax.main", f"--config={config_arg}", f"--workdir={workdir}",
              *[f"--config.{key}={value}" for key, value in overrides.items()]]
   subprocess.run(command, check=True, env=os.environ)
-  return json.loads((workdir / "results.json").read_text())
+  return run_dirs.read_results(workdir)
 
 
 def plot(points: list[dict], title: str, path: epath.Path) -> None:

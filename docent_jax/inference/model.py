@@ -1,8 +1,8 @@
 """A trained run as a model: `load(run_dir)` restores the params the run reported and needs none of its data.
 
-A run directory (`WORKDIR/<model>`, local or gs://) holds the config (`config.json`), what the model needs
-besides params (`model.json`: entity ids and texts, relation names) and the Orbax checkpoints; `load` reads
-them onto this machine's devices, whatever topology wrote them. Every model encodes texts; a model with an
+A run directory (`WORKDIR/<model>`, local or gs://, `run_dir.RunDir`) holds the config, what the model needs
+besides params (entity ids and texts, relation names) and the Orbax checkpoints; `load` reads them onto this
+machine's devices, whatever topology wrote them. Every model encodes texts; a model with an
 entity set lists and searches it; task heads are the method's (BLP: link prediction; pair classifiers: match
 probabilities; FAQ retrieval: answers; universal representations: pair-task labels).
 """
@@ -14,8 +14,7 @@ from etils import epath
 from jax.sharding import Mesh
 import ml_collections
 
-from docent_jax import checkpoints
-from docent_jax import outputs
+from docent_jax import run_dir as run_dirs
 from docent_jax.inference import link_prediction
 from docent_jax.inference import movies
 from docent_jax.inference import pair_matching
@@ -37,35 +36,31 @@ MODELS: dict[str, type[protocol.Model]] = {
 }
 
 
-def read_run(path: str | epath.PathLike) -> tuple[ml_collections.ConfigDict, dict[str, Any]]:
+def read_run(path: str | epath.PathLike | run_dirs.RunDir) -> tuple[ml_collections.ConfigDict, dict[str, Any]]:
   """(config, record) of a trained run directory, read without its params: what is cheap to check (the objective,
   relation names, entity count) before the checkpoint is restored. A directory that is no loadable run is an
   error naming it."""
-  run_dir = outputs.as_path(path)
-  if not run_dir.is_dir():
-    raise FileNotFoundError(f"{run_dir}: no such run directory.")
-  config = checkpoints.recorded_config(run_dir)
+  run = path if isinstance(path, run_dirs.RunDir) else run_dirs.RunDir(path)
+  if not run.path.is_dir():
+    raise FileNotFoundError(f"{run}: no such run directory.")
+  config = run.recorded_config()
   if config.objective not in MODELS:
-    raise ValueError(f"{run_dir}: runs of objective {config.objective!r} are not loadable; loadable: "
+    raise ValueError(f"{run}: runs of objective {config.objective!r} are not loadable; loadable: "
                      f"{sorted(MODELS)}.")
-  record_path = run_dir / checkpoints.MODEL_FILE
-  if not record_path.exists():
-    raise FileNotFoundError(f"{record_path} does not exist: the run was trained before runs recorded what loading "
-                            "needs; run it once more with --mode=evaluate to record it.")
-  return config, outputs.read_json(record_path)
+  return config, run.model_record()
 
 
-def load(path: str | epath.PathLike, mesh: Mesh | None = None) -> protocol.Model:
+def load(path: str | epath.PathLike | run_dirs.RunDir, mesh: Mesh | None = None) -> protocol.Model:
   """The model of a trained run directory (`WORKDIR/<model>`, local or gs://) with the params it reported; it
   computes on `mesh` (default: every device of this machine on the data axis). An unfinished run loads with a
   warning naming its step."""
-  run_dir = outputs.as_path(path)
-  config, record = read_run(run_dir)
-  params, step = checkpoints.restore_reported_params(run_dir)
+  run = path if isinstance(path, run_dirs.RunDir) else run_dirs.RunDir(path)
+  config, record = read_run(run)
+  params, step = run.restore_reported_params()
   num_steps = config.train.num_steps
-  latest = checkpoints.latest_saved_step(run_dir)
+  latest = run.latest_step()
   if latest is not None and latest < num_steps:
-    logging.warning("%s is an unfinished run: step %d of %d. Its model is not the one its config trains.", run_dir,
+    logging.warning("%s is an unfinished run: step %d of %d. Its model is not the one its config trains.", run,
                     latest, num_steps)
-  logging.info("Loaded %s (%s, step %d of %d).", run_dir, config.objective, step, num_steps)
-  return MODELS[config.objective](config, record, params, mesh=mesh, run_dir=run_dir, step=step)
+  logging.info("Loaded %s (%s, step %d of %d).", run, config.objective, step, num_steps)
+  return MODELS[config.objective](config, record, params, mesh=mesh, run_dir=run, step=step)

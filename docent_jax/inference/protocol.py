@@ -20,7 +20,6 @@ from typing import Any
 import zipfile
 
 from absl import logging
-from etils import epath
 import jax
 from jax.sharding import Mesh
 import ml_collections
@@ -28,10 +27,9 @@ import numpy as np
 
 from docent_jax import outputs
 from docent_jax import parallel
+from docent_jax import run_dir as run_dirs
 from docent_jax.inference import search as vector_search
 
-# In a loaded run's directory: its entity vectors with what they were computed from (`Model.source`).
-ENTITY_VECTORS_FILE = "entity_vectors.npz"
 Ranking = list[list[tuple[str, float]]]  # Per query, the (id, score) of its top k, best first.
 
 
@@ -59,7 +57,7 @@ class Model(abc.ABC):
   show_progress_bar: bool | None = None
 
   def __init__(self, config: ml_collections.ConfigDict, record: dict[str, Any], params: Any = None, *,
-               mesh: Mesh | None = None, run_dir: epath.Path | None = None, step: int | None = None):
+               mesh: Mesh | None = None, run_dir: run_dirs.RunDir | None = None, step: int | None = None):
     self.config, self.record, self.params = config, record, params
     self.mesh = mesh if mesh is not None else data_parallel_mesh()
     self.run_dir, self.step = run_dir, step
@@ -109,7 +107,7 @@ class Model(abc.ABC):
 
   def entities(self) -> tuple[list[str], np.ndarray]:
     """The model's entity ids and their [N, d] vectors (computed once per params; a loaded run keeps them next to
-    itself, `ENTITY_VECTORS_FILE`, for the next process that loads it)."""
+    itself, `RunDir.entity_vectors_file`, for the next process that loads it)."""
     if "entity_ids" not in self.record:
       raise TypeError(f"{self.name}: a {self.config.objective} model has no entity set.")
     texts = self.record["entity_texts"]
@@ -132,7 +130,7 @@ class Model(abc.ABC):
     progress bar where the model shows them) and saved there."""
     if self.run_dir is None:
       return self.encode(texts)
-    path = self.run_dir / ENTITY_VECTORS_FILE
+    path = self.run_dir.entity_vectors_file
     source = {**self.source(), "texts": _fingerprint(texts)}
     if path.exists():
       try:
@@ -172,11 +170,11 @@ class Model(abc.ABC):
     return [[(ids[j], float(s)) for j, s in zip(row, score) if j >= 0] for row, score in zip(rows, scores)]
 
   def _approximate_index(self) -> vector_search.AnnIndex:
-    """The run's saved index (`INDEX_DIRNAME`) when it was built from these params, else one built from the entity
+    """The run's saved index (`RunDir.search_index_dir`) when it was built from these params, else one built from the entity
     vectors (and saved with the run)."""
     if self._index is not None:
       return self._index
-    path = None if self.run_dir is None else self.run_dir / vector_search.INDEX_DIRNAME
+    path = None if self.run_dir is None else self.run_dir.search_index_dir
     if path is not None:
       saved = vector_search.AnnIndex.saved_source(path)
       if saved == self.source():

@@ -15,7 +15,7 @@
   5-13x their queries/s; ScaNN built in 5-20 s but stayed below 0.99, and `import scann` fails beside this
   project's TensorFlow. Vectors without cluster structure defeat every index: there, use `ExactSearch`.
   The index is saved as a directory (`index.faiss`, `index.json`) through `etils.epath`, so a run
-  directory on gs:// holds it too (`INDEX_DIRNAME`, next to the run).
+  directory on gs:// holds it too (`RunDir.search_index_dir`, next to the run).
 """
 import dataclasses
 import functools
@@ -36,8 +36,7 @@ from docent_jax import parallel
 from docent_jax.models import entity_table
 
 Array = jax.Array | np.ndarray
-# The sub-directory of a run directory that holds its saved `AnnIndex`.
-INDEX_DIRNAME = "search_index"
+# The files of a saved `AnnIndex` in its directory.
 _INDEX_FILE = "index.faiss"
 _META_FILE = "index.json"
 _NO_INDEX = np.iinfo(np.int32).max
