@@ -41,7 +41,7 @@ from ml_collections import config_flags
 import ml_collections
 
 from docent_jax import cli
-from docent_jax import objectives
+from docent_jax import methods
 from docent_jax import outputs
 from docent_jax import parallel
 from docent_jax import trainer as trainers
@@ -51,6 +51,7 @@ from docent_jax.models import blp_model
 from docent_jax.models import dual_encoder
 from docent_jax.models import entity_table
 from docent_jax.models import pretrained
+from docent_jax.objectives import base as objective_base
 from docent_jax.objectives import blp
 from docent_jax.objectives import docent_dual
 
@@ -211,16 +212,16 @@ def config_shapes(config: ml_collections.ConfigDict) -> dict[str, int]:
 
 
 def build_objective(config: ml_collections.ConfigDict, devices: list[Any],
-                    shapes: dict[str, int]) -> objectives.base.Objective:
+                    shapes: dict[str, int]) -> objective_base.Objective:
   """The config's objective from shapes alone, on a mesh of `devices`."""
   if config.objective not in COMPILABLE:
     raise app.UsageError(f"config.objective={config.objective!r}: compiles from shapes for {list(COMPILABLE)} so "
                          "far.")
   mesh = parallel.create_mesh(config.mesh, devices)
-  return objectives.get_objective(config.objective).from_shapes(config, mesh, shapes)
+  return methods.objective_class(config.objective).from_shapes(config, mesh, shapes)
 
 
-def compile_train_step(config: ml_collections.ConfigDict, objective: objectives.base.Objective,
+def compile_train_step(config: ml_collections.ConfigDict, objective: objective_base.Objective,
                        global_batch_size: int) -> Any:
   """The trainer's own jitted step for one global batch size, compiled for the objective's mesh."""
   config = ml_collections.ConfigDict(config.to_dict())
@@ -235,7 +236,7 @@ def compile_train_step(config: ml_collections.ConfigDict, objective: objectives.
   return step.lower(state, batch).compile()
 
 
-def text_encoder(objective: objectives.base.Objective) -> Callable[[Any, jax.Array], jax.Array]:
+def text_encoder(objective: objective_base.Objective) -> Callable[[Any, jax.Array], jax.Array]:
   """`encode(params, tokens) -> vectors`: what evaluation and inference map over batches of texts (entity
   descriptions for BLP, queries for DOCENT, offers and sentences for SupCon and universal)."""
   if isinstance(objective, blp.BlpObjective):
@@ -246,7 +247,7 @@ def text_encoder(objective: objectives.base.Objective) -> Callable[[Any, jax.Arr
   return objective.encode
 
 
-def compile_encode(objective: objectives.base.Objective, params: Any, batch_size: int) -> Any:
+def compile_encode(objective: objective_base.Objective, params: Any, batch_size: int) -> Any:
   """One evaluation batch of texts encoded, as `parallel.map_batches` runs it: params as training keeps them,
   texts split over the data axis, vectors replicated."""
   mesh = objective.mesh

@@ -18,7 +18,7 @@ from jax.sharding import Mesh
 import ml_collections
 
 from docent_jax import config_schema
-from docent_jax import objectives
+from docent_jax import methods
 from docent_jax import outputs
 from docent_jax import parallel
 from docent_jax import run_dir as run_dirs
@@ -27,6 +27,7 @@ from docent_jax.evaluation import seeds
 from docent_jax.inference import model as inference_model
 from docent_jax.inference import protocol
 from docent_jax.models import pretrained
+from docent_jax.objectives import base as objective_base
 
 _SEED_SUFFIX = re.compile(r"_seed\d+$")
 FORCED_KEY = "forced/step"  # `<model>/forced/step` in results.json: the step of params evaluated with --force.
@@ -161,7 +162,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
   if transfer:
     runs = [_transfer_config(config)]
   for run_config in runs:  # Every run's values, before anything is read, built or trained.
-    objective_class = objectives.get_objective(run_config.objective)
+    objective_class = methods.objective_class(run_config.objective)
     try:
       config_schema.check_config(run_config, parallel.create_mesh(run_config.mesh),
                                  objective_class.rows_per_example, objective_class.config_rules())
@@ -179,7 +180,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
       if parent is not None and not transfer:
         check_same_encoder(parent, run_config)
         trainer.objective.start_from(parent)
-    except objectives.base.SkipRun as reason:
+    except objective_base.SkipRun as reason:
       logging.warning("%s: skipped: %s", run_config.name, reason)
       continue
     forced_step = None

@@ -29,6 +29,7 @@ import ml_collections
 import tqdm
 
 from docent_jax import cli
+from docent_jax import methods
 from docent_jax import outputs
 from docent_jax.data import io
 from docent_jax.inference import link_prediction
@@ -71,7 +72,7 @@ def check_task(task: str, config: ml_collections.ConfigDict, record: dict[str, A
                source: str, run: str) -> None:
   """Refuses, before the model loads, a run that cannot answer `task` (a usage error) and a request naming a
   relation the run has not (an error naming `source:line`)."""
-  model_class = inference_model.MODELS[config.objective]
+  model_class = methods.model_class(config.objective)
   if not issubclass(model_class, TASKS[task][1]) or (task in _ENTITY_TASKS and "entity_ids" not in record):
     raise app.UsageError(f"--task={task}: {run} is a {config.objective} run, which cannot answer it.")
   if task == "link":

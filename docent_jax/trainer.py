@@ -25,13 +25,14 @@ import optax
 
 from docent_jax import checkpoints
 from docent_jax import config_schema
-from docent_jax import objectives
+from docent_jax import methods
 from docent_jax import optim
 from docent_jax import parallel
 from docent_jax import run_dir as run_dirs
 from docent_jax.data import pipeline
 from docent_jax.evaluation import registry as evaluators
 from docent_jax.inference import protocol
+from docent_jax.objectives import base as objective_base
 
 
 class Preempted(RuntimeError):
@@ -136,14 +137,14 @@ class Trainer:
   """Builds the sharded state of one run's objective, trains it, evaluates it."""
 
   def __init__(self, config: ml_collections.ConfigDict, run_dir: run_dirs.RunDir | str | epath.PathLike, *,
-               objective: objectives.base.Objective | None = None):
+               objective: objective_base.Objective | None = None):
     """`run_dir`: the run's directory (`WORKDIR/<model>`). `objective`: one already built on its mesh (e.g. from
     shapes, to compile for devices elsewhere); by default the config's, with its data, on every device of this
     machine."""
     self.config = config
     self.run_dir = run_dir if isinstance(run_dir, run_dirs.RunDir) else run_dirs.RunDir(run_dir)
     self.mesh = parallel.create_mesh(config.mesh) if objective is None else objective.mesh
-    objective_class = objectives.get_objective(config.objective)
+    objective_class = methods.objective_class(config.objective)
     config_schema.check_config(config, self.mesh, objective_class.rows_per_example, objective_class.config_rules())
     self.objective = objective_class(config, self.mesh) if objective is None else objective
     self.evals = evaluators.specs(config)

@@ -9,14 +9,14 @@ from configs import docent
 from configs import supcon
 from configs import universal
 from docent_jax import experiment
-from docent_jax import objectives
+from docent_jax import methods
 
 
 def test_unknown_objective_lists_valid_ones():
   valid = ("blp", "cross_encoder", "docent_dual", "docent_full", "docent_hybrid", "faq_retrieval", "pair_matching",
            "supcon", "tag_finetuning", "universal")
   with pytest.raises(ValueError, match=re.escape(f"valid objectives: {list(valid)}")):
-    objectives.get_objective("relic")
+    methods.objective_class("relic")
 
 
 def test_locked_config_rejects_unknown_keys_listing_present_ones():

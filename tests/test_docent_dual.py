@@ -18,6 +18,7 @@ from docent_jax.evaluation import movie_search
 from docent_jax.evaluation import registry
 from docent_jax.models import tag_scorers
 from review_fixtures import tiny_config
+import tiny_training
 
 def test_dual_trains_and_writes_search_and_tag_metrics_beside_baselines(docent_dual_run):
   workdir, results = docent_dual_run
@@ -58,6 +59,7 @@ def test_a_loaded_dual_model_searches_its_movies_as_its_evaluation_did(docent_du
                                                                       reviews_tfds_dir):
   workdir, results = docent_dual_run
   model = docent_jax.load(workdir / "docent_dual")
+  tiny_training.assert_loads_as_evaluated(workdir / "docent_dual", ["a quiet film about the sea"])
   data = trainers.Trainer(tiny_config(reviews_dir, reviews_tfds_dir), "unused").objective.evaluation_data()
   assert movie_search.search_movies(model, data) == pytest.approx(
       {key.removeprefix("docent_dual/"): value for key, value in results.items()

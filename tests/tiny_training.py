@@ -49,3 +49,22 @@ def free_port() -> int:
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     return s.getsockname()[1]
+
+
+def assert_loads_as_evaluated(run_path: pathlib.Path, texts: list[str]) -> None:
+  """`docent_jax.load` of a finished run gives, bit for bit, the vectors of the model its trainer evaluated: the
+  objective's model over the reported params (what the last evaluation scored), on the run's own mesh. Its entity
+  vectors where it has an entity set, else the vectors of `texts`."""
+  # Imported here: this module sets up the environment before JAX starts.
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from docent_jax import run_dir as run_dirs  # pylint: disable=g-import-not-at-top
+  from docent_jax import trainer as trainers  # pylint: disable=g-import-not-at-top
+  from docent_jax.inference import model as inference_model  # pylint: disable=g-import-not-at-top
+  run = run_dirs.RunDir(run_path)
+  trainer = trainers.Trainer(run.recorded_config(), run)
+  evaluated = trainer.objective.model(trainer.restore_params()[0])
+  loaded = inference_model.load(run, mesh=trainer.mesh)
+  assert type(loaded) is type(evaluated)
+  if "entity_ids" in loaded.record:
+    np.testing.assert_array_equal(loaded.entities()[1], evaluated.entities()[1])
+  np.testing.assert_array_equal(loaded.encode(texts), evaluated.encode(texts))

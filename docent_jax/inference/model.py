@@ -14,27 +14,9 @@ from etils import epath
 from jax.sharding import Mesh
 import ml_collections
 
+from docent_jax import methods
 from docent_jax import run_dir as run_dirs
-from docent_jax.inference import link_prediction
-from docent_jax.inference import movies
-from docent_jax.inference import pair_matching
 from docent_jax.inference import protocol
-from docent_jax.inference import text_encoder
-
-# The model class of each objective whose runs load. A tag-prediction run is evaluated in its trainer only: its
-# frozen item vectors are its parent's, not part of its params.
-MODELS: dict[str, type[protocol.Model]] = {
-    "blp": link_prediction.LinkPredictionModel,
-    "cross_encoder": pair_matching.PairMatchingModel,
-    "docent_dual": movies.DualMovieModel,
-    "docent_full": movies.FullMovieModel,
-    "docent_hybrid": movies.DualMovieModel,
-    "faq_retrieval": text_encoder.FaqModel,
-    "pair_matching": pair_matching.PairMatchingModel,
-    "supcon": text_encoder.TextEncoderModel,
-    "universal": text_encoder.UniversalModel,
-}
-
 
 def read_run(path: str | epath.PathLike | run_dirs.RunDir) -> tuple[ml_collections.ConfigDict, dict[str, Any]]:
   """(config, record) of a trained run directory, read without its params: what is cheap to check (the objective,
@@ -44,9 +26,9 @@ def read_run(path: str | epath.PathLike | run_dirs.RunDir) -> tuple[ml_collectio
   if not run.path.is_dir():
     raise FileNotFoundError(f"{run}: no such run directory.")
   config = run.recorded_config()
-  if config.objective not in MODELS:
+  if not methods.loadable(config.objective):
     raise ValueError(f"{run}: runs of objective {config.objective!r} are not loadable; loadable: "
-                     f"{sorted(MODELS)}.")
+                     f"{methods.loadable_objectives()}.")
   return config, run.model_record()
 
 
@@ -63,4 +45,4 @@ def load(path: str | epath.PathLike | run_dirs.RunDir, mesh: Mesh | None = None)
     logging.warning("%s is an unfinished run: step %d of %d. Its model is not the one its config trains.", run,
                     latest, num_steps)
   logging.info("Loaded %s (%s, step %d of %d).", run, config.objective, step, num_steps)
-  return MODELS[config.objective](config, record, params, mesh=mesh, run_dir=run, step=step)
+  return methods.model_class(config.objective)(config, record, params, mesh=mesh, run_dir=run, step=step)

@@ -11,6 +11,7 @@ import jax
 from jax.sharding import Mesh
 import ml_collections
 
+from docent_jax import methods
 from docent_jax.inference.protocol import Model
 
 
@@ -30,8 +31,6 @@ class Objective(abc.ABC):
   # Where the text encoder's params sit in the params tree, so that a run can start from the encoder of
   # another objective's run (`model_init`), wherever that one keeps it.
   encoder_path: tuple[str, ...] = ("bert",)
-  # The model protocol's class for this objective's runs (`inference/`).
-  model_class: type[Model]
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     self.config = config
@@ -69,8 +68,9 @@ class Objective(abc.ABC):
     return self._model.with_params(params)
 
   def create_model(self) -> Model:
-    """This objective's model (`model_class`), built once, sharing the objective's tokenizer and mesh."""
-    return self.model_class(self.config, self.inference_record(), mesh=self.mesh, tokenizer=self.tokenizer)
+    """This objective's model (its `methods` entry's), built once, sharing the objective's tokenizer and mesh."""
+    return methods.model_class(self.config.objective)(self.config, self.inference_record(), mesh=self.mesh,
+                                                      tokenizer=self.tokenizer)
 
   @abc.abstractmethod
   def evaluation_data(self) -> Any:

@@ -42,7 +42,6 @@ def sample_negatives(rng: jax.Array, batch_size: int, num_negatives: int) -> tup
 class BlpObjective(base.Objective):
   """Link prediction over entity descriptions, evaluated by inductive ranking and entity classification."""
 
-  model_class = link_prediction.LinkPredictionModel
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)

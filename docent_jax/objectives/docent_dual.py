@@ -20,7 +20,6 @@ from docent_jax import losses
 from docent_jax.data import tokenization
 from docent_jax.data.reviews import corpus as review_corpus
 from docent_jax.data.reviews import pipeline as review_pipeline
-from docent_jax.inference import movies
 from docent_jax.models import bert
 from docent_jax.models import dual_encoder
 from docent_jax.models import entity_table
@@ -54,7 +53,6 @@ def review_evaluation(corpus: review_corpus.ReviewCorpus,
 class DocentDualObjective(base.Objective):
   """Sentence -> entity classification with a scaled-cosine dual encoder; evaluated by tag-query search."""
 
-  model_class = movies.DualMovieModel
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)

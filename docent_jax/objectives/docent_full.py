@@ -23,7 +23,6 @@ import scipy.sparse
 from docent_jax import losses
 from docent_jax.data.reviews import corpus as review_corpus
 from docent_jax.data.reviews import pipeline as review_pipeline
-from docent_jax.inference import movies
 from docent_jax.models import bert
 from docent_jax.models import docent_full
 from docent_jax.models import entity_table
@@ -40,7 +39,6 @@ def max_predictions(length: int, rate: float) -> int:
 class DocentFullObjective(base.Objective):
   """Masked prediction of word pieces and entity tokens; evaluated by tag-query search and tag prediction."""
 
-  model_class = movies.FullMovieModel
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)

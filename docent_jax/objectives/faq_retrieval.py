@@ -27,7 +27,6 @@ from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.data.universal import corpus as universal_corpus
 from docent_jax.evaluation import faq_retrieval
-from docent_jax.inference import text_encoder
 from docent_jax.models import bert
 from docent_jax.models import pretrained
 from docent_jax.objectives import base
@@ -38,7 +37,6 @@ NEGATIVES = ("retrieved", "random")
 class FaqRetrievalObjective(base.Objective):
   """Fine-tuning of a text encoder for FAQ retrieval; see the module docstring."""
 
-  model_class = text_encoder.FaqModel
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)

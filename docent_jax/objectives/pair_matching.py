@@ -35,7 +35,6 @@ HEAD_INITS = ("fresh", "probe")
 class PairMatchingObjective(base.Objective):
   """A bi-encoder pair classifier, fine-tuned from the encoder of the run it starts from."""
 
-  model_class = pair_matching_model.PairMatchingModel
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)

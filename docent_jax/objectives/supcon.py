@@ -26,7 +26,6 @@ from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.data.offers import labels as offer_labels
 from docent_jax.data.offers import sampling as offer_sampling
 from docent_jax.inference import pair_matching as pair_matching_model
-from docent_jax.inference import text_encoder
 from docent_jax.models import bert
 from docent_jax.models import pretrained
 from docent_jax.objectives import base
@@ -62,7 +61,6 @@ def offer_labels_of(corpus: offer_corpus.OfferCorpus, kind: str, *, fraction: fl
 class SupconObjective(base.Objective):
   """Contrastive pre-training of the offer encoder (mean-pooled BERT)."""
 
-  model_class = text_encoder.TextEncoderModel
 
   rows_per_example = 2  # Each anchor is followed by its partner.
 

@@ -49,7 +49,6 @@ class TagFinetuningObjective(base.Objective):
   """Fits a tag scorer to the known training labels of the movies it fits on (the training movies, or every movie
   for an open vocabulary), their entity vectors frozen."""
 
-  model_class = movies.TagModel
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)

@@ -31,7 +31,6 @@ from docent_jax.data.universal import corpus as universal_corpus
 from docent_jax.data.universal import nli
 from docent_jax.data.universal import phrases
 from docent_jax.data.universal import sampling
-from docent_jax.inference import text_encoder
 from docent_jax.models import bert
 from docent_jax.models import pretrained
 from docent_jax.models import task_heads
@@ -47,7 +46,6 @@ CANDIDATES_DIR = "analogy_candidates"
 class UniversalObjective(base.Objective):
   """Siamese multi-task training of a text encoder; see the module docstring."""
 
-  model_class = text_encoder.UniversalModel
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)

@@ -1,0 +1,68 @@
+"""The one registry of methods: each `config.objective` name -> its objective (how it trains) and its model (the
+`inference.protocol.Model` that the trainer's evaluators score and that `docent_jax.load` gives a user).
+
+Entries are import paths, imported on first use: loading a run imports its model's code, not every method's
+training code (data readers, pipelines).
+"""
+import dataclasses
+import importlib
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+  objective: str  # "module:Class" of its `objectives.base.Objective`.
+  model: str  # "module:Class" of its `inference.protocol.Model`.
+  loadable: bool = True  # False where a run's model needs more than its own params (tag scorers: their parent's).
+
+
+OBJECTIVES: dict[str, Method] = {
+    "blp": Method("docent_jax.objectives.blp:BlpObjective", "docent_jax.inference.link_prediction:LinkPredictionModel"),
+    "cross_encoder": Method("docent_jax.objectives.pair_matching:CrossEncoderObjective",
+                            "docent_jax.inference.pair_matching:PairMatchingModel"),
+    "docent_dual": Method("docent_jax.objectives.docent_dual:DocentDualObjective",
+                          "docent_jax.inference.movies:DualMovieModel"),
+    "docent_full": Method("docent_jax.objectives.docent_full:DocentFullObjective",
+                          "docent_jax.inference.movies:FullMovieModel"),
+    "docent_hybrid": Method("docent_jax.objectives.docent_hybrid:DocentHybridObjective",
+                            "docent_jax.inference.movies:DualMovieModel"),
+    "faq_retrieval": Method("docent_jax.objectives.faq_retrieval:FaqRetrievalObjective",
+                            "docent_jax.inference.text_encoder:FaqModel"),
+    "pair_matching": Method("docent_jax.objectives.pair_matching:PairMatchingObjective",
+                            "docent_jax.inference.pair_matching:PairMatchingModel"),
+    "supcon": Method("docent_jax.objectives.supcon:SupconObjective", "docent_jax.inference.text_encoder:TextEncoderModel"),
+    "tag_finetuning": Method("docent_jax.objectives.tag_finetuning:TagFinetuningObjective",
+                             "docent_jax.inference.movies:TagModel", loadable=False),
+    "universal": Method("docent_jax.objectives.universal:UniversalObjective",
+                        "docent_jax.inference.text_encoder:UniversalModel"),
+}
+
+
+def _imported(path: str) -> Any:
+  module, name = path.split(":")
+  return getattr(importlib.import_module(module), name)
+
+
+def _method(name: str) -> Method:
+  if name not in OBJECTIVES:
+    raise ValueError(f"Unknown objective {name!r}; valid objectives: {sorted(OBJECTIVES)}.")
+  return OBJECTIVES[name]
+
+
+def objective_class(name: str) -> type:
+  """The objective class of `config.objective` = `name`; an unknown name is an error listing the valid ones."""
+  return _imported(_method(name).objective)
+
+
+def model_class(name: str) -> type:
+  """The model class of `name`'s runs (the one the trainer evaluates and `docent_jax.load` returns)."""
+  return _imported(_method(name).model)
+
+
+def loadable(name: str) -> bool:
+  """Whether a run of objective `name` loads from its own directory (`docent_jax.load`)."""
+  return _method(name).loadable
+
+
+def loadable_objectives() -> list[str]:
+  return sorted(name for name, method in OBJECTIVES.items() if method.loadable)
