@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from docent_jax import experiment
+from docent_jax import run_dir as run_dirs
 from docent_jax import trainer as trainers
 from docent_jax.inference import link_prediction
-from docent_jax.inference import protocol
 import kg_fixtures
 import tiny_training
 
@@ -184,7 +184,7 @@ def test_predict_on_a_full_disk_leaves_the_earlier_answers_whole(trained_run, tm
 
 def test_the_second_predict_reads_the_entity_vectors_the_first_kept(trained_run, tmp_path):
   run_dir = pathlib.Path(shutil.copytree(trained_run[0], tmp_path / "run"))
-  (run_dir / protocol.ENTITY_VECTORS_FILE).unlink(missing_ok=True)  # Kept there by the tests before.
+  (run_dirs.RunDir(run_dir).entity_vectors_file).unlink(missing_ok=True)  # Kept there by the tests before.
   query = json.dumps({"query": "un café près de la rivière"}, ensure_ascii=False) + "\n"
   first = _predict(run_dir, "--task=search", "--k=3", stdin=query)
   assert first.returncode == 0, first.stderr[-3000:]

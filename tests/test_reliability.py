@@ -16,8 +16,8 @@ from docent_jax import config_schema
 from docent_jax import experiment
 from docent_jax import outputs
 from docent_jax import parallel
+from docent_jax import run_dir as run_dirs
 from docent_jax import trainer as trainers
-from docent_jax.inference import protocol
 from docent_jax.inference import search
 import kg_fixtures
 import tiny_training
@@ -298,14 +298,14 @@ def test_search_after_a_run_resumes_answers_from_the_new_steps_vectors(kg_dir, t
     np.testing.assert_allclose([s for _, s in found], [s for _, s in want], atol=1e-5)
   # The tiny model's vectors nearly coincide (cosines above 0.99999), so scores barely tell the steps apart: the
   # vectors the saved index holds are the new step's, not the stopped one's.
-  index = search.AnnIndex.load(run_dir / search.INDEX_DIRNAME).index
+  index = search.AnnIndex.load(run_dirs.RunDir(run_dir).search_index_dir).index
   index.make_direct_map()
   held = index.reconstruct_n(0, index.ntotal)
   unit = lambda vectors: vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
   np.testing.assert_allclose(held, unit(resumed.entities()[1]), atol=1e-6)
   assert np.abs(held - unit(stopped.entities()[1])).max() > 1e-4
   assert len(before) == len(approximate)
-  with np.load(run_dir / protocol.ENTITY_VECTORS_FILE) as kept:
+  with np.load(run_dirs.RunDir(run_dir).entity_vectors_file) as kept:
     assert json.loads(str(kept["source"]))["step"] == 6
     np.testing.assert_array_equal(kept["vectors"], resumed.entities()[1])
 
