@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from docent_jax.evaluation import metrics
+from docent_jax.evaluation import pair_matching
 
 
 def test_ranks_with_ties_and_filtering():
@@ -53,17 +54,6 @@ def test_shape_errors():
     metrics.ranks_from_scores(np.zeros((2, 3)), np.zeros(2, int), np.zeros((2, 2), bool))
 
 
-def test_accuracy_and_balanced_accuracy():
-  y_true = np.array(["a", "a", "a", "b"])
-  y_pred = np.array(["a", "a", "b", "b"])
-  assert metrics.accuracy(y_true, y_pred) == pytest.approx(3 / 4)
-  # Recall of 'a' is 2/3, of 'b' 1; a class only predicted (none here) would not count.
-  assert metrics.balanced_accuracy(y_true, y_pred) == pytest.approx((2 / 3 + 1) / 2)
-  assert metrics.balanced_accuracy([0, 0, 1, 2], [0, 1, 1, 1]) == pytest.approx((1 / 2 + 1 + 0) / 3)
-  with pytest.raises(ValueError, match="one length"):
-    metrics.accuracy([0, 1], [0])
-
-
 # Row metrics: each row ranks its candidates by descending score.
 ORDERED = np.array([[0.9, 0.8, 0.7, 0.6]])
 HITS = np.array([[1, 0, 1, 0]])
@@ -94,8 +84,6 @@ def test_average_precision_and_auc_match_scikit_learn():
       assert auc[row] == pytest.approx(sk_metrics.roc_auc_score(y, s))
     else:
       assert np.isnan(auc[row])
-  assert metrics.micro_roc_auc(scores, labels, mask) == pytest.approx(
-      sk_metrics.roc_auc_score(labels[mask], scores[mask]))
 
 
 def test_roc_auc():
@@ -106,14 +94,6 @@ def test_roc_auc():
   # A tie counts half; an all-positive row has no pair.
   result = metrics.roc_auc([[1.0, 1.0, 0.0], [1.0, 2.0, 3.0]], [[1, 0, 0], [1, 1, 1]])
   np.testing.assert_allclose(result, [(0.5 + 1) / 2, np.nan])
-  # Micro pools every (positive, negative) pair across rows: positives 0.9, 0.7, 0.5 against
-  # negatives 0.8, 0.6, 0.3, 0.0 (0.1 is left out): 4 + 3 + 2 of 12 ordered right.
-  scores = np.array([[0.9, 0.8, 0.7, 0.6], [0.1, 0.5, 0.3, 0.0]])
-  labels = np.array([[1, 0, 1, 0], [0, 1, 0, 0]])
-  mask = np.array([[1, 1, 1, 1], [0, 1, 1, 1]], bool)
-  assert metrics.micro_roc_auc(scores, labels, mask) == pytest.approx(9 / 12)
-  with pytest.raises(ValueError, match="one positive and one negative"):
-    metrics.micro_roc_auc([[1.0, 2.0]], [[1, 1]])
 
 
 def test_precision_and_recall_at_k():
@@ -164,22 +144,15 @@ def test_mean_over_rows_and_score_checks():
   np.testing.assert_allclose(metrics.roc_auc([[1.0, 0.0, np.nan]], [[1, 0, 0]], [[1, 1, 0]]), [1.0])
 
 
-def test_precision_recall_f1_of_the_positive_class():
-  # 2 true positives, 1 false positive, 2 false negatives: P = 2/3, R = 2/4, F1 = 2PR / (P + R) = 4/7.
-  result = metrics.precision_recall_f1([1, 1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 1, 0, 0])
-  assert result == pytest.approx({"precision": 2 / 3, "recall": 1 / 2, "f1": 4 / 7})
-  assert metrics.precision_recall_f1(np.array([True, False]), np.array([True, False])) == {
-      "precision": 1.0, "recall": 1.0, "f1": 1.0}
-  # Zero denominators: nothing predicted positive, no positive label, no true positive.
-  assert metrics.precision_recall_f1([1, 0], [0, 0]) == {"precision": 0.0, "recall": 0.0, "f1": 0.0}
-  assert metrics.precision_recall_f1([0, 0], [1, 0]) == {"precision": 0.0, "recall": 0.0, "f1": 0.0}
-  assert metrics.precision_recall_f1([1, 0], [0, 1]) == {"precision": 0.0, "recall": 0.0, "f1": 0.0}
-  # All predicted positive: precision is the positive rate, recall 1.
-  assert metrics.precision_recall_f1([1, 0, 0, 0], [1, 1, 1, 1]) == pytest.approx(
-      {"precision": 1 / 4, "recall": 1.0, "f1": 2 / 5})
-  with pytest.raises(ValueError, match="binary predictions"):
-    metrics.precision_recall_f1([1, 0], [2, 0])
-  with pytest.raises(ValueError, match="binary labels"):
-    metrics.precision_recall_f1([0.5, 0], [1, 0])
-  with pytest.raises(ValueError, match="one length"):
-    metrics.precision_recall_f1([1, 0, 1], [1, 0])
+def test_match_metrics_are_the_positive_class_with_zero_for_a_zero_denominator():
+  # Logits > 0 predict a match. 2 true positives, 1 false positive, 2 false negatives: P = 2/3, R = 2/4, F1 = 4/7.
+  labels, logits = np.array([1, 1, 1, 1, 0, 0, 0]), np.array([2.0, 1.0, -1.0, -2.0, 0.5, -0.5, -3.0])
+  result = pair_matching.match_metrics(logits, labels)
+  assert {k: result[k] for k in ("precision", "recall", "f1")} == pytest.approx(
+      {"precision": 2 / 3, "recall": 1 / 2, "f1": 4 / 7})
+  assert result["loss"] == pytest.approx(np.mean(np.logaddexp(0.0, logits) - labels * logits))
+  # Nothing predicted positive: precision, recall and F1 are 0 (zero_division=0).
+  nothing = pair_matching.match_metrics(np.array([-1.0, -1.0]), np.array([1, 0]))
+  assert (nothing["precision"], nothing["recall"], nothing["f1"]) == (0.0, 0.0, 0.0)
+  with pytest.raises(FloatingPointError, match="1 of 2 pair logits are not finite"):
+    pair_matching.match_metrics(np.array([np.nan, 1.0]), np.array([1, 0]))

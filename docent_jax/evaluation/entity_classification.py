@@ -15,10 +15,10 @@ from typing import Any
 
 from absl import logging
 import numpy as np
+from sklearn import metrics as sklearn_metrics
 
 from docent_jax.data.kg import graph as knowledge_graph
 from docent_jax.evaluation import logistic_probe
-from docent_jax.evaluation import metrics
 from docent_jax.evaluation import registry
 
 BLP_C_VALUES = (1e4, 1e3, 1e2, 10.0, 1.0, 0.1)
@@ -66,7 +66,7 @@ def evaluate_entity_classification(train_x: np.ndarray, train_y: np.ndarray, dev
 
   best_c, best_dev_accuracy = None, -1.0
   for c, model in zip(c_values, logistic_probe.fit_each(train_x, train_y, c_values, **fit_options)):
-    dev_accuracy = metrics.accuracy(dev_y, model.predict(dev_x))
+    dev_accuracy = float(sklearn_metrics.accuracy_score(dev_y, model.predict(dev_x)))
     logging.debug("Entity classification: C=%g, dev accuracy %.4f.", c, dev_accuracy)
     if dev_accuracy > best_dev_accuracy:
       best_c, best_dev_accuracy = c, dev_accuracy
@@ -77,8 +77,8 @@ def evaluate_entity_classification(train_x: np.ndarray, train_y: np.ndarray, dev
   (refit,) = logistic_probe.fit_each(train_dev_x, train_dev_y, (best_c,), **fit_options)
   test_predictions = refit.predict(test_x)
   return {
-      "accuracy": metrics.accuracy(test_y, test_predictions),
-      "balanced_accuracy": metrics.balanced_accuracy(test_y, test_predictions),
+      "accuracy": float(sklearn_metrics.accuracy_score(test_y, test_predictions)),
+      "balanced_accuracy": float(sklearn_metrics.balanced_accuracy_score(test_y, test_predictions)),
       "c": float(best_c),
       "dev_accuracy": best_dev_accuracy,
       "dev_unseen_labels": dev_unseen,

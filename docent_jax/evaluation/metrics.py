@@ -1,4 +1,6 @@
-"""Ranking and classification metrics.
+"""Ranking metrics that scikit-learn and the IR libraries lack: accuracy, F1, pooled ROC-AUC come from
+scikit-learn, TREC-style NDCG of retrieval runs from ir-measures; these are vectorised over many rankings at once
+(an [N, C] score matrix, with candidate masks and NaN for undefined rows), where those compute one at a time.
 
 Ranks are tie-averaged: a target tied with k other candidates gets the mean of its optimistic and
 pessimistic rank, 1 + (#higher) + k / 2, so constant scores cannot look good.
@@ -24,7 +26,8 @@ def tie_averaged_rank(num_higher: jax.Array, num_tied_others: jax.Array) -> jax.
 
 def ranks_from_scores(scores: jax.Array | np.ndarray, target_index: jax.Array | np.ndarray,
                       filter_mask: jax.Array | np.ndarray | None = None) -> jax.Array:
-  """Tie-averaged rank of each row's target among that row's candidates.
+  """Tie-averaged rank of each row's target among that row's candidates (in JAX: link prediction ranks inside
+  its jitted, sharded scoring, where no library runs).
 
   Args:
     scores: [Q, C] scores, higher is better.
@@ -69,46 +72,6 @@ def ranking_metrics(ranks: jax.Array | np.ndarray, hits_at: Sequence[int] = HITS
   for k in hits_at:
     metrics[f"hits@{k}"] = float(np.mean(ranks <= k))
   return metrics
-
-
-def _labels(y_true: np.ndarray | Sequence, y_pred: np.ndarray | Sequence) -> tuple[np.ndarray, np.ndarray]:
-  y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
-  if y_true.ndim != 1 or y_true.shape != y_pred.shape or not y_true.size:
-    raise ValueError(f"Expected two non-empty 1-D label arrays of one length; got {y_true.shape} and {y_pred.shape}.")
-  return y_true, y_pred
-
-
-def accuracy(y_true: np.ndarray | Sequence, y_pred: np.ndarray | Sequence) -> float:
-  """Fraction of predictions equal to the true label."""
-  y_true, y_pred = _labels(y_true, y_pred)
-  return float(np.mean(y_true == y_pred))
-
-
-def balanced_accuracy(y_true: np.ndarray | Sequence, y_pred: np.ndarray | Sequence) -> float:
-  """Mean over the classes present in `y_true` of the recall of that class."""
-  y_true, y_pred = _labels(y_true, y_pred)
-  classes, class_index = np.unique(y_true, return_inverse=True)
-  correct_per_class = np.bincount(class_index, weights=(y_true == y_pred), minlength=len(classes))
-  return float(np.mean(correct_per_class / np.bincount(class_index, minlength=len(classes))))
-
-
-def precision_recall_f1(labels: np.ndarray | Sequence, predictions: np.ndarray | Sequence) -> dict[str, float]:
-  """Precision, recall and F1 of the positive class of binary (0/1 or bool) labels and predictions.
-
-  Where a ratio has a zero denominator it is 0.0: precision without a predicted positive, recall
-  without a positive label, F1 when precision and recall are both 0 (scikit-learn's zero_division=0).
-  """
-  labels, predictions = _labels(labels, predictions)
-  for name, values in (("labels", labels), ("predictions", predictions)):
-    if not np.isin(values, (0, 1)).all():
-      raise ValueError(f"Expected binary {name} (0/1 or bool); got values {np.unique(values)[:10].tolist()}.")
-  labels, predictions = labels.astype(bool), predictions.astype(bool)
-  true_positives = int(np.sum(labels & predictions))
-  num_predicted, num_positive = int(predictions.sum()), int(labels.sum())
-  precision = true_positives / num_predicted if num_predicted else 0.0
-  recall = true_positives / num_positive if num_positive else 0.0
-  f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-  return {"precision": precision, "recall": recall, "f1": f1}
 
 
 # Metrics over rows of scores: each row (an entity, or a query) ranks its candidates (tags, or entities) by
@@ -183,7 +146,8 @@ def _expected_hits_at(scores: np.ndarray, labels: np.ndarray, ks: np.ndarray) ->
 
 def average_precision(scores: np.ndarray | Sequence, labels: np.ndarray | Sequence,
                       candidate_mask: np.ndarray | Sequence | None = None) -> np.ndarray:
-  """[N] average precision of each row's binary labels; NaN for rows without a positive.
+  """[N] average precision of each row's binary labels; NaN for rows without a positive (scikit-learn's takes one
+  ranking at a time and no candidate mask).
 
   AP = sum over positives of the precision at the last position of that positive's run of tied
   scores, divided by the number of positives (equal to scikit-learn's `average_precision_score`).
@@ -213,7 +177,8 @@ def _mann_whitney_auc(ranks: np.ndarray, labels: np.ndarray, num_below: np.ndarr
 
 def roc_auc(scores: np.ndarray | Sequence, labels: np.ndarray | Sequence,
             candidate_mask: np.ndarray | Sequence | None = None) -> np.ndarray:
-  """[N] ROC-AUC of each row; NaN for rows without a positive or without a negative.
+  """[N] ROC-AUC of each row; NaN for rows without a positive or without a negative (scikit-learn's takes one
+  ranking at a time and no candidate mask).
 
   The probability that a random positive outscores a random negative, ties counting half. DOCENT
   reports this per entity, averaged over entities (`mean_over_rows`); `micro_roc_auc` pools pairs.
@@ -224,21 +189,10 @@ def roc_auc(scores: np.ndarray | Sequence, labels: np.ndarray | Sequence,
   return _mann_whitney_auc(ranks, labels, (~mask).sum(axis=1), num_negative, axis=1)
 
 
-def micro_roc_auc(scores: np.ndarray | Sequence, labels: np.ndarray | Sequence,
-                  candidate_mask: np.ndarray | Sequence | None = None) -> float:
-  """One ROC-AUC over every (row, candidate) pair pooled; rows with more candidates weigh more."""
-  scores, labels, mask = _check_rows(scores, labels, candidate_mask, binary=True)
-  ranks = scipy.stats.rankdata(scores[mask], method="average")
-  labels = labels[mask]
-  auc = float(_mann_whitney_auc(ranks, labels, 0.0, labels.size - labels.sum(), axis=None))
-  if np.isnan(auc):
-    raise ValueError("Micro ROC-AUC needs at least one positive and one negative candidate.")
-  return auc
-
-
 def precision_at_k(scores: np.ndarray | Sequence, labels: np.ndarray | Sequence, ks: Sequence[int],
                    candidate_mask: np.ndarray | Sequence | None = None) -> np.ndarray:
-  """[N, len(ks)] fraction of the top k that is relevant (binary labels); always k in the denominator."""
+  """[N, len(ks)] fraction of the top k that is relevant (binary labels); always k in the denominator. Expected over
+  random tie-breaking, which scikit-learn and trec_eval do not compute."""
   scores, labels, _ = _check_rows(scores, labels, candidate_mask, binary=True)
   ks = _check_ks(ks)
   return _expected_hits_at(scores, labels, ks) / ks
@@ -246,7 +200,8 @@ def precision_at_k(scores: np.ndarray | Sequence, labels: np.ndarray | Sequence,
 
 def recall_at_k(scores: np.ndarray | Sequence, labels: np.ndarray | Sequence, ks: Sequence[int],
                 candidate_mask: np.ndarray | Sequence | None = None) -> np.ndarray:
-  """[N, len(ks)] fraction of a row's relevant candidates in its top k; NaN for rows without one."""
+  """[N, len(ks)] fraction of a row's relevant candidates in its top k; NaN for rows without one. Expected over
+  random tie-breaking, as `precision_at_k`."""
   scores, labels, _ = _check_rows(scores, labels, candidate_mask, binary=True)
   hits = _expected_hits_at(scores, labels, _check_ks(ks))
   num_relevant = labels.sum(axis=1, keepdims=True)
@@ -256,7 +211,8 @@ def recall_at_k(scores: np.ndarray | Sequence, labels: np.ndarray | Sequence, ks
 
 def ndcg_at_k(scores: np.ndarray | Sequence, relevance: np.ndarray | Sequence, ks: Sequence[int],
               gain: str = "linear", candidate_mask: np.ndarray | Sequence | None = None) -> np.ndarray:
-  """[N, len(ks)] normalised discounted cumulative gain of graded relevance; NaN for rows without any.
+  """[N, len(ks)] normalised discounted cumulative gain of graded relevance; NaN for rows without any (scikit-learn's
+  `ndcg_score` returns one mean, counting rows without relevance as 0, and has no linear gain).
 
   DCG@k = sum_{i=1..k} gain(rel_i) / log2(i + 1), divided by the DCG@k of the ideal order. gain is
   'linear' (rel, the default: with vote counts as grades, 2^rel would let one heavily voted
@@ -277,7 +233,8 @@ def ndcg_at_k(scores: np.ndarray | Sequence, relevance: np.ndarray | Sequence, k
 
 def reciprocal_rank(scores: np.ndarray | Sequence, labels: np.ndarray | Sequence,
                     candidate_mask: np.ndarray | Sequence | None = None) -> np.ndarray:
-  """[N] 1 / rank of each row's best-ranked relevant candidate; NaN for rows without one.
+  """[N] 1 / rank of each row's best-ranked relevant candidate; NaN for rows without one (expected over random
+  tie-breaking, which scikit-learn and trec_eval do not compute).
 
   With r relevant and n other candidates tied at the best relevant score, the rank is
   1 + (#higher) + n / (r + 1), the expected rank of the first relevant one under random

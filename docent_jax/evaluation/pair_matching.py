@@ -14,10 +14,10 @@ from typing import Any
 
 from absl import logging
 import numpy as np
+from sklearn import metrics as sklearn_metrics
 
 from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.evaluation import logistic_probe
-from docent_jax.evaluation import metrics
 from docent_jax.evaluation import registry
 
 # Inverse regularisation strengths tried by the probe, chosen by validation F1.
@@ -66,7 +66,9 @@ def match_metrics(logits: np.ndarray, labels: np.ndarray) -> dict[str, float]:
   logits = np.asarray(logits)
   if not np.isfinite(logits).all():
     raise FloatingPointError(f"{int((~np.isfinite(logits)).sum())} of {len(logits)} pair logits are not finite.")
-  return {**metrics.precision_recall_f1(labels, logits > 0.0), "loss": pair_loss(logits, labels)}
+  precision, recall, f1, _ = sklearn_metrics.precision_recall_fscore_support(
+      np.asarray(labels, bool), logits > 0.0, average="binary", zero_division=0.0)
+  return {"precision": float(precision), "recall": float(recall), "f1": float(f1), "loss": pair_loss(logits, labels)}
 
 
 @dataclasses.dataclass(frozen=True)

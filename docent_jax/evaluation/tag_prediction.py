@@ -28,6 +28,7 @@ from typing import Any
 from absl import logging
 import numpy as np
 import scipy.sparse
+from sklearn import metrics as sklearn_metrics
 from sklearn.feature_extraction import text as sklearn_text
 
 from docent_jax.data.reviews import corpus as review_corpus
@@ -115,7 +116,7 @@ def evaluate_tag_predictions(scores: np.ndarray, votes: np.ndarray, *, vote_thre
   result: dict[str, float | int] = {
       "map": metrics.mean_over_rows(metrics.average_precision(scores, labels, candidates), "MAP")[0],
       "auc": metrics.mean_over_rows(metrics.roc_auc(scores, labels, candidates), "AUC")[0],
-      "auc_micro": metrics.micro_roc_auc(scores, labels, candidates),
+      "auc_micro": float(sklearn_metrics.roc_auc_score(labels[candidates], scores[candidates])),  # Pooled pairs.
   }
   precision, _ = metrics.mean_over_rows(metrics.precision_at_k(scores, labels, ks, candidates), "P@k")
   ndcg, _ = metrics.mean_over_rows(metrics.ndcg_at_k(scores, votes, ks, ndcg_gain, candidates), "NDCG@k")
