@@ -47,13 +47,10 @@ from docent_jax import parallel
 from docent_jax import trainer as trainers
 from docent_jax.evaluation import link_prediction
 from docent_jax.inference import search
-from docent_jax.models import blp_model
-from docent_jax.models import dual_encoder
 from docent_jax.models import entity_table
 from docent_jax.models import pretrained
 from docent_jax.objectives import base as objective_base
 from docent_jax.objectives import blp
-from docent_jax.objectives import docent_dual
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,24 +233,13 @@ def compile_train_step(config: ml_collections.ConfigDict, objective: objective_b
   return step.lower(state, batch).compile()
 
 
-def text_encoder(objective: objective_base.Objective) -> Callable[[Any, jax.Array], jax.Array]:
-  """`encode(params, tokens) -> vectors`: what evaluation and inference map over batches of texts (entity
-  descriptions for BLP, queries for DOCENT, offers and sentences for SupCon and universal)."""
-  if isinstance(objective, blp.BlpObjective):
-    return lambda params, tokens: objective.module.apply({"params": params}, tokens, method=blp_model.BlpModel.encode)
-  if isinstance(objective, docent_dual.DocentDualObjective):  # HYBRID's too.
-    return lambda params, tokens: objective.module.apply({"params": params}, tokens,
-                                                         method=dual_encoder.DualEncoder.encode_sentences)
-  return objective.encode
-
-
 def compile_encode(objective: objective_base.Objective, params: Any, batch_size: int) -> Any:
   """One evaluation batch of texts encoded, as `parallel.map_batches` runs it: params as training keeps them,
   texts split over the data axis, vectors replicated."""
   mesh = objective.mesh
   tokens = jax.ShapeDtypeStruct((batch_size, objective.config.data.max_len), jnp.int32,
                                 sharding=parallel.batch_sharding(mesh))
-  return jax.jit(text_encoder(objective), out_shardings=parallel.replicated(mesh)).lower(params, tokens).compile()
+  return jax.jit(objective.model().encode_tokens, out_shardings=parallel.replicated(mesh)).lower(params, tokens).compile()
 
 
 def compile_search(mesh: Any, num_entities: int, dim: int, k: int = 10) -> Any:

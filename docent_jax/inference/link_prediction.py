@@ -26,7 +26,7 @@ class LinkPredictionModel(protocol.Model):
     self.relation_ids: list[str] = list(self.record["relation_ids"])
     self.module, self.scoring = blp_model.create(self.config, self.tokenizer.vocab_size, len(self.relation_ids))
     self.encoder_path = blp_model.encoder_path(self.config)
-    self._encode_tokens_fn = self._encode_tokens  # Bound once: copies (`with_params`) share its compilations.
+    self._encode_tokens_fn = self.encode_tokens  # Bound once: copies (`with_params`) share its compilations.
 
   def _encode(self, texts: list[str]) -> np.ndarray:
     if self.config.data.get("drop_stopwords", False):
@@ -35,7 +35,7 @@ class LinkPredictionModel(protocol.Model):
     return parallel.map_token_batches(self._encode_tokens_fn, self.params, tokens, pad_id=self.tokenizer.pad_token_id,
                                       batch_size=self.config.eval.batch_size, mesh=self.mesh, what="texts")
 
-  def _encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:
+  def encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:
     return self.module.apply({"params": params}, tokens, method=blp_model.BlpModel.encode)
 
   def relation_vectors(self, names: Sequence[str]) -> np.ndarray:

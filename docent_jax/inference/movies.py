@@ -34,15 +34,12 @@ class MovieModel(protocol.Model):
     self.tokenizer = tokenizer or pretrained.load_tokenizer(self.config.model.tokenizer)
     self.bert_config = pretrained.model_bert_config(self.config.model, self.tokenizer.vocab_size)
     self.num_entities = len(self.record["entity_ids"])
-    self._query_vectors_fn = self._query_vectors  # Bound once: copies (`with_params`) share its compilations.
+    self._encode_tokens_fn = self.encode_tokens  # Bound once: copies (`with_params`) share its compilations.
 
   def _encode(self, texts: list[str]) -> np.ndarray:
     tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
-    return parallel.map_batches(self._query_vectors_fn, self.params, tokens, batch_size=self.config.eval.batch_size,
+    return parallel.map_batches(self._encode_tokens_fn, self.params, tokens, batch_size=self.config.eval.batch_size,
                                 mesh=self.mesh, what="texts")
-
-  def _query_vectors(self, params: Any, tokens: jax.Array) -> jax.Array:
-    raise NotImplementedError
 
   def entities(self) -> tuple[list[str], np.ndarray]:
     # The table's rows past the entities are its padding (`EntityTable`).
@@ -64,7 +61,7 @@ class DualMovieModel(MovieModel):
                           learn_scale=model.learn_scale, dtype=jnp.dtype(model.dtype),
                           entity_rows_multiple=entity_table.configured_rows_multiple(model))
 
-  def _query_vectors(self, params: Any, tokens: jax.Array) -> jax.Array:
+  def encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:
     return self.module.apply({"params": params}, tokens, method=dual_encoder.DualEncoder.encode_sentences)
 
   def _entity_table(self) -> jax.Array:
@@ -82,9 +79,9 @@ class FullMovieModel(MovieModel):
         self.bert_config, num_entities=self.num_entities, dtype=jnp.dtype(self.config.model.dtype),
         entity_rows_multiple=entity_table.configured_rows_multiple(self.config.model))
 
-  def _query_vectors(self, params: Any, sentences: jax.Array) -> jax.Array:
+  def encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:
     pad = self.tokenizer.pad_token_id
-    tokens, token_types = docent_full.two_segment_inputs(sentences, slot_id=self.tokenizer.mask_token_id,
+    tokens, token_types = docent_full.two_segment_inputs(tokens, slot_id=self.tokenizer.mask_token_id,
                                                          sep_id=self.tokenizer.sep_token_id, pad_id=pad)
     batch = len(tokens)
     hidden = self.module.apply(

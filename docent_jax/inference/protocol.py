@@ -105,6 +105,12 @@ class Model(abc.ABC):
   def _encode(self, texts: list[str]) -> np.ndarray:
     """[n, d] vectors of `texts`, computed."""
 
+  def encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:
+    """[b, d] vectors of a batch of token ids [b, L] over `params`, jittable: what `encode` maps over batches of
+    texts, and what is compiled for a TPU. A model whose vectors are not one text's (a cross-encoder, a tag
+    scorer) has none."""
+    raise TypeError(f"{self.name}: a {type(self).__name__} has no vector of one text's tokens.")
+
   def entities(self) -> tuple[list[str], np.ndarray]:
     """The model's entity ids and their [N, d] vectors (computed once per params; a loaded run keeps them next to
     itself, `RunDir.entity_vectors_file`, for the next process that loads it)."""

@@ -32,7 +32,7 @@ class TextEncoderModel(protocol.Model):
         self.config.model.tokenizer, extra_special_tokens=tuple(self.record.get("special_tokens", ())))
     self.bert_config = pretrained.model_bert_config(self.config.model, len(self.tokenizer))
     self.encoder = bert.BertModel(self.bert_config, dtype=jnp.dtype(self.config.model.dtype), add_pooler=False)
-    self._encode_tokens_fn = self._encode_tokens  # Bound once: copies (`with_params`) share its compilations.
+    self._encode_tokens_fn = self.encode_tokens  # Bound once: copies (`with_params`) share its compilations.
 
   def _encode(self, texts: list[str]) -> np.ndarray:
     unique, position = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
@@ -42,7 +42,7 @@ class TextEncoderModel(protocol.Model):
                                          mesh=self.mesh, buckets=LENGTH_BUCKETS, what="texts")
     return vectors[position.reshape(-1)]
 
-  def _encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:
+  def encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:
     return bert.mean_pooled(self.encoder, params["bert"], tokens, pad_token_id=self.tokenizer.pad_token_id)
 
 

@@ -36,7 +36,7 @@ class Objective(abc.ABC):
     self.config = config
     self.mesh = mesh
     self.parent: Model | None = None
-    self._model: Model | None = None  # Built once; `model(params)` gives it other params.
+    self._model: Model | None = None  # Built once (`model()`); `model(params)` gives it params.
 
   @abc.abstractmethod
   def init_variables(self, rng: jax.Array) -> Any:
@@ -61,16 +61,18 @@ class Objective(abc.ABC):
     """The parent's params as this objective may take them (by default all of them)."""
     return self.parent.params
 
-  def model(self, params: Any) -> Model:
-    """The model protocol over `params`: what evaluators, `docent_jax.load` and `predict` use."""
+  def model(self, params: Any = None) -> Model:
+    """The method's model (its `methods` entry's class), built once: the loss applies its modules, and over
+    `params` it is what the evaluators score and what `docent_jax.load` gives, so that the two cannot drift."""
     if self._model is None:
       self._model = self.create_model()
-    return self._model.with_params(params)
+    return self._model if params is None else self._model.with_params(params)
 
-  def create_model(self) -> Model:
-    """This objective's model (its `methods` entry's), built once, sharing the objective's tokenizer and mesh."""
-    return methods.model_class(self.config.objective)(self.config, self.inference_record(), mesh=self.mesh,
-                                                      tokenizer=self.tokenizer)
+  def create_model(self, record: dict[str, Any] | None = None) -> Model:
+    """This objective's model over no params, sharing the objective's tokenizer and mesh; `record` stands in for
+    `inference_record()` where there is no data (an objective built from shapes)."""
+    return methods.model_class(self.config.objective)(
+        self.config, self.inference_record() if record is None else record, mesh=self.mesh, tokenizer=self.tokenizer)
 
   @abc.abstractmethod
   def evaluation_data(self) -> Any:

@@ -62,15 +62,14 @@ class BlpObjective(base.Objective):
       logging.info("Training on the %d triples among %.0f%% of the %d training entities (of %d triples).",
                    len(self.train_triples), 100 * fraction, len(self.graph.entity_split["train"]),
                    len(self.graph.triples["train"]))
-    self._build(self.tokenizer.vocab_size, self.graph.num_relations)
+    self.loss_fn = losses.get_link_prediction_loss(config.loss.name)
     _, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
     logging.info("%s: %d entities, %d relations, triples %s.", self.graph.name, self.graph.num_entities,
                  self.graph.num_relations, {k: len(v) for k, v in self.graph.triples.items()})
 
-  def _build(self, vocab_size: int, num_relations: int) -> None:
-    self.loss_fn = losses.get_link_prediction_loss(self.config.loss.name)
-    self.module, self.scoring = blp_model.create(self.config, vocab_size, num_relations)
-    self.encoder_path = blp_model.encoder_path(self.config)
+  @property
+  def encoder_path(self) -> tuple[str, ...]:
+    return self.model().encoder_path
 
   @classmethod
   def from_shapes(cls, config: ml_collections.ConfigDict, mesh: Mesh, shapes: dict[str, int]) -> "BlpObjective":
@@ -79,14 +78,16 @@ class BlpObjective(base.Objective):
     objective = cls.__new__(cls)
     base.Objective.__init__(objective, config, mesh)
     objective.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    objective._build(objective.tokenizer.vocab_size, shapes["num_relations"])
+    objective.loss_fn = losses.get_link_prediction_loss(config.loss.name)
+    objective._model = objective.create_model(
+        {"entity_ids": [], "entity_texts": [], "relation_ids": [str(r) for r in range(shapes["num_relations"])]})
     return objective
 
   def vector_width(self) -> int:
     """The width of an entity's vector (what search ranks), from the params' shapes."""
     params = nn.unbox(jax.eval_shape(self.init_variables, jax.random.key(0)))
     tokens = jax.ShapeDtypeStruct((1, self.config.data.max_len), jnp.int32)
-    encode = lambda p, t: self.module.apply({"params": p}, t, method=blp_model.BlpModel.encode)
+    encode = lambda p, t: self.model().module.apply({"params": p}, t, method=blp_model.BlpModel.encode)
     return int(jax.eval_shape(encode, params, tokens).shape[-1])
 
   def batch_shapes(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
@@ -119,7 +120,7 @@ class BlpObjective(base.Objective):
 
   def init_variables(self, rng: jax.Array) -> Any:
     tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
-    return self.module.init(rng, tokens, jnp.zeros((1,), jnp.int32))["params"]
+    return self.model().module.init(rng, tokens, jnp.zeros((1,), jnp.int32))["params"]
 
   def pretrained_params(self) -> dict[str, Any]:
     if self._bert_params is None:
@@ -134,26 +135,27 @@ class BlpObjective(base.Objective):
         pad_id=self.tokenizer.pad_token_id)
 
   def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    module, scoring = self.model().module, self.model().scoring
     dropout_rng, negatives_rng = jax.random.split(rng)
     batch_size = batch["head"].shape[0]
     if "short_tokens" in batch:  # The shorter half of the rows cut short (`pipeline.shorter_half_first`).
       short_rng, dropout_rng = jax.random.split(dropout_rng)
-      short = self.module.apply({"params": params}, batch["short_tokens"], deterministic=False,
-                                rngs={"dropout": short_rng}, method=blp_model.BlpModel.encode)
-      entities, relation = self.module.apply({"params": params}, batch["long_tokens"], batch["relation"],
-                                            deterministic=False, rngs={"dropout": dropout_rng})
+      short = module.apply({"params": params}, batch["short_tokens"], deterministic=False,
+                           rngs={"dropout": short_rng}, method=blp_model.BlpModel.encode)
+      entities, relation = module.apply({"params": params}, batch["long_tokens"], batch["relation"],
+                                        deterministic=False, rngs={"dropout": dropout_rng})
       entities = jnp.concatenate([short, entities])[batch["entity_order"]]
     else:
       tokens = jnp.concatenate([batch["head_tokens"], batch["tail_tokens"]])
-      entities, relation = self.module.apply({"params": params}, tokens, batch["relation"], deterministic=False,
-                                            rngs={"dropout": dropout_rng})
+      entities, relation = module.apply({"params": params}, tokens, batch["relation"], deterministic=False,
+                                        rngs={"dropout": dropout_rng})
     heads, tails = entities[:batch_size], entities[batch_size:]
-    positive = self.scoring.score(heads, relation, tails)
+    positive = scoring.score(heads, relation, tails)
     negative_index, corrupt_head = sample_negatives(negatives_rng, batch_size, self.config.loss.num_negatives)
     corrupted = entities[negative_index]
     negative = jnp.where(corrupt_head,
-                         self.scoring.score(corrupted, relation[:, None], tails[:, None]),
-                         self.scoring.score(heads[:, None], relation[:, None], corrupted))
+                         scoring.score(corrupted, relation[:, None], tails[:, None]),
+                         scoring.score(heads[:, None], relation[:, None], corrupted))
     loss = self.loss_fn(positive, negative, margin=self.config.loss.margin)
     return loss, {"loss": loss, "positive_score": positive.mean(), "negative_score": negative.mean()}
 

@@ -64,13 +64,11 @@ class DocentDualObjective(base.Objective):
         config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
     self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
-    self._build(self.corpus.num_entities)
 
-  def _build(self, num_entities: int) -> None:
-    model = self.config.model
-    self.module = dual_encoder.DualEncoder(
-        self.bert_config, num_entities=num_entities, initial_scale=model.scale, learn_scale=model.learn_scale,
-        dtype=jnp.dtype(model.dtype), entity_rows_multiple=entity_table.configured_rows_multiple(model))
+  @property
+  def module(self) -> Any:
+    """The Flax module the loss applies: its model's (`model()`), the one evaluation and `load()` use."""
+    return self.model().module
 
   @classmethod
   def from_shapes(cls, config: ml_collections.ConfigDict, mesh: Mesh,
@@ -81,7 +79,7 @@ class DocentDualObjective(base.Objective):
     base.Objective.__init__(objective, config, mesh)
     objective.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
     objective.bert_config = pretrained.model_bert_config(config.model, objective.tokenizer.vocab_size)
-    objective._build(shapes["num_entities"])
+    objective._model = objective.create_model({"entity_ids": [str(e) for e in range(shapes["num_entities"])]})
     return objective
 
   def vector_width(self) -> int:

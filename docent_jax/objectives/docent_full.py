@@ -52,12 +52,14 @@ class DocentFullObjective(base.Objective):
         config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
     self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
-    self.module = docent_full.DocentFull(
-        self.bert_config, num_entities=self.corpus.num_entities, dtype=jnp.dtype(config.model.dtype),
-        entity_rows_multiple=entity_table.configured_rows_multiple(config.model))
     tokenizer = self.tokenizer
     self.special_ids = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
                         "mask": tokenizer.mask_token_id, "pad": tokenizer.pad_token_id}
+
+  @property
+  def module(self) -> Any:
+    """The Flax module the loss applies: its model's (`model()`), the one evaluation and `load()` use."""
+    return self.model().module
 
   def data_fingerprint(self) -> dict[str, int | str]:
     return self.corpus.fingerprint()

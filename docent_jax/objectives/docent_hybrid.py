@@ -18,7 +18,6 @@ import ml_collections
 import numpy as np
 
 from docent_jax import losses
-from docent_jax.models import entity_table
 from docent_jax.models import hybrid_encoder
 from docent_jax.models import masking
 from docent_jax.objectives import docent_dual
@@ -32,12 +31,10 @@ class DocentHybridObjective(docent_dual.DocentDualObjective):
       raise ValueError(f"loss.mlm_rate must be in (0, 1]; got {config.loss.mlm_rate}.")
     super().__init__(config, mesh)
 
-  def _build(self, num_entities: int) -> None:
-    model = self.config.model
-    self.module = hybrid_encoder.HybridEncoder(
-        self.bert_config, num_entities=num_entities, initial_scale=model.scale, learn_scale=model.learn_scale,
-        dtype=jnp.dtype(model.dtype), entity_rows_multiple=entity_table.configured_rows_multiple(model))
-    self._special_ids = np.array(sorted(self.tokenizer.all_special_ids), np.int32)
+  @property
+  def _special_ids(self) -> np.ndarray:
+    """The tokenizer's special tokens: never masked."""
+    return np.array(sorted(self.tokenizer.all_special_ids), np.int32)
 
   def init_variables(self, rng: jax.Array) -> Any:
     tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)

@@ -47,7 +47,6 @@ class FaqRetrievalObjective(base.Objective):
                                          test_fraction=data.test_fraction, seed=data.split_seed)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
     self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, len(self.tokenizer))
-    self.encoder = bert.BertModel(self.bert_config, dtype=jnp.dtype(config.model.dtype), add_pooler=False)
     self.question_tokens = self.tokenize(self.faq.questions)
     self.query_tokens = {split: self.tokenize(queries) for split, queries in self.faq.queries.items()}
     self._negatives = None
@@ -57,6 +56,11 @@ class FaqRetrievalObjective(base.Objective):
 
   def data_fingerprint(self) -> dict[str, int | str]:
     return self.faq.fingerprint()
+
+  @property
+  def encoder(self) -> bert.BertModel:
+    """The BERT the loss applies: its model's (`model()`), the one evaluation and `load()` use."""
+    return self.model().encoder
 
   def init_variables(self, rng: jax.Array) -> Any:
     tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)

@@ -25,7 +25,6 @@ from docent_jax.data import tokenization
 from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.evaluation import pair_matching
 from docent_jax.inference import pair_matching as pair_matching_model
-from docent_jax.models import pair_classifier
 from docent_jax.models import pretrained
 from docent_jax.objectives import base
 
@@ -50,12 +49,12 @@ class PairMatchingObjective(base.Objective):
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
                                                extra_special_tokens=pair_matching_model.OFFER_TOKENS)
     self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, len(self.tokenizer))
-    self.module = self.create_module()
     self.inputs = self.pair_inputs()
 
-  def create_module(self) -> Any:
-    return pair_classifier.PairClassifier(self.bert_config, dtype=jnp.dtype(self.config.model.dtype),
-                                          pad_token_id=self.tokenizer.pad_token_id)
+  @property
+  def module(self) -> Any:
+    """The Flax module the loss applies: its model's (`model()`), the one evaluation and `load()` use."""
+    return self.model().module
 
   def pair_inputs(self) -> dict[str, np.ndarray]:
     """Per split, the token ids [m, 2, max_len] of each pair's two offers."""
@@ -127,10 +126,6 @@ class PairMatchingObjective(base.Objective):
 
 class CrossEncoderObjective(PairMatchingObjective):
   """A cross-encoder pair classifier from the pretrained BERT (no contrastive pre-training)."""
-
-  def create_module(self) -> Any:
-    return pair_classifier.CrossEncoder(self.bert_config, dtype=jnp.dtype(self.config.model.dtype),
-                                        pad_token_id=self.tokenizer.pad_token_id)
 
   def pair_inputs(self) -> dict[str, np.ndarray]:
     """Per split, the token ids and token types [m, 2, max_len] of each pair as the tokenizer joins them."""

@@ -71,7 +71,6 @@ class SupconObjective(base.Objective):
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
                                                extra_special_tokens=pair_matching_model.OFFER_TOKENS)
     self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, len(self.tokenizer))
-    self.encoder = bert.BertModel(self.bert_config, dtype=jnp.dtype(config.model.dtype), add_pooler=False)
     self.labels = offer_labels_of(self.corpus, config.loss.labels, fraction=config.loss.correspondence_fraction,
                                   seed=config.seed)
 
@@ -85,7 +84,7 @@ class SupconObjective(base.Objective):
     objective.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
                                                     extra_special_tokens=pair_matching_model.OFFER_TOKENS)
     objective.bert_config = pretrained.model_bert_config(config.model, len(objective.tokenizer))
-    objective.encoder = bert.BertModel(objective.bert_config, dtype=jnp.dtype(config.model.dtype), add_pooler=False)
+    objective._model = objective.create_model({"special_tokens": list(pair_matching_model.OFFER_TOKENS)})
     return objective
 
   def batch_shapes(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
@@ -96,6 +95,11 @@ class SupconObjective(base.Objective):
 
   def data_fingerprint(self) -> dict[str, int | str]:
     return self.corpus.fingerprint()
+
+  @property
+  def encoder(self) -> bert.BertModel:
+    """The BERT the loss applies: its model's (`model()`), the one evaluation and `load()` use."""
+    return self.model().encoder
 
   def init_variables(self, rng: jax.Array) -> Any:
     tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)

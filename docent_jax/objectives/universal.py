@@ -71,10 +71,18 @@ class UniversalObjective(base.Objective):
                         for name, task in self.tasks.items()}
 
   def _build(self, task_classes: dict[str, int], pad_token_id: int) -> None:
-    """The encoder and one head per task (name -> its classes, in the batches' order of tasks)."""
+    """Each task's classes (name -> how many, in the batches' order of tasks) and the padding id."""
     self.task_classes, self.pad_token_id = task_classes, pad_token_id
-    self.encoder = bert.BertModel(self.bert_config, dtype=jnp.dtype(self.config.model.dtype), add_pooler=False)
-    self.heads = task_heads.TaskHeads(tuple(task_classes.items()), self.bert_config.initializer_range)
+
+  @property
+  def encoder(self) -> bert.BertModel:
+    """The BERT the loss applies: its model's (`model()`), the one evaluation and `load()` use."""
+    return self.model().encoder
+
+  @property
+  def heads(self) -> task_heads.TaskHeads:
+    """One head per task: its model's."""
+    return self.model().heads
 
   @classmethod
   def from_shapes(cls, config: ml_collections.ConfigDict, mesh: Mesh, shapes: dict[str, int]) -> "UniversalObjective":
@@ -88,10 +96,12 @@ class UniversalObjective(base.Objective):
     if unknown:
       raise ValueError(f"config.data.task_ratio: unknown tasks {unknown}; valid: {list(TASKS)}.")
     objective.rows_per_task = sampling.rows_per_task(ratio, config.train.global_batch_size)
-    tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    objective.bert_config = pretrained.model_bert_config(config.model, len(tokenizer))
-    objective._build({task: TASK_CLASSES[task] for task in TASKS if task in objective.rows_per_task},
-                     tokenizer.pad_token_id)
+    objective.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
+    objective.bert_config = pretrained.model_bert_config(config.model, len(objective.tokenizer))
+    task_classes = {task: TASK_CLASSES[task] for task in TASKS if task in objective.rows_per_task}
+    objective._build(task_classes, objective.tokenizer.pad_token_id)
+    objective._model = objective.create_model(
+        {"tasks": {task: [str(label) for label in range(classes)] for task, classes in task_classes.items()}})
     return objective
 
   def vector_width(self) -> int:
