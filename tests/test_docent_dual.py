@@ -59,7 +59,8 @@ def test_a_loaded_dual_model_searches_its_movies_as_its_evaluation_did(docent_du
                                                                       reviews_tfds_dir):
   workdir, results = docent_dual_run
   model = docent_jax.load(workdir / "docent_dual")
-  tiny_training.assert_loads_as_evaluated(workdir / "docent_dual", ["a quiet film about the sea"])
+  tiny_training.assert_loads_as_evaluated(workdir / "docent_dual",
+                                          tiny_training.entity_and_text_vectors(["a quiet film about the sea"]))
   data = trainers.Trainer(tiny_config(reviews_dir, reviews_tfds_dir), "unused").objective.evaluation_data()
   assert movie_search.search_movies(model, data) == pytest.approx(
       {key.removeprefix("docent_dual/"): value for key, value in results.items()

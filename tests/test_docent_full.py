@@ -96,7 +96,8 @@ def test_full_trains_and_writes_search_metrics_beside_baselines(reviews_dir, rev
     assert 0.0 <= results[f"docent_full/test/tags_{metric}"] <= 1.0
   for metric in ("auc", "seen_auc"):
     assert 0.0 <= results[f"docent_full/all/tags_open0.5_{metric}"] <= 1.0
-  tiny_training.assert_loads_as_evaluated(tmp_path / "docent_full", ["a quiet film about the sea"])
+  tiny_training.assert_loads_as_evaluated(tmp_path / "docent_full",
+                                          tiny_training.entity_and_text_vectors(["a quiet film about the sea"]))
 
 
 def test_tag_prediction_runs_report_dual_keys_and_leave_the_entity_rows_alone(reviews_dir, reviews_tfds_dir,

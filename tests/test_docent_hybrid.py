@@ -47,7 +47,8 @@ def test_hybrid_trains_and_writes_search_metrics_beside_bm25(reviews_dir, review
     for split in ("test", "all"):
       assert 0.0 < results[f"{model}/{split}/search_mrr"] <= 1.0
   assert results["docent_hybrid/all/search_num_queries"] == 4
-  tiny_training.assert_loads_as_evaluated(tmp_path / "docent_hybrid", ["a quiet film about the sea"])
+  tiny_training.assert_loads_as_evaluated(tmp_path / "docent_hybrid",
+                                          tiny_training.entity_and_text_vectors(["a quiet film about the sea"]))
 
 
 def test_loss_adds_weighted_mlm_and_mlm_gradient_reaches_the_entity_rows(one_device):

@@ -45,7 +45,8 @@ def trained_run(tmp_path_factory) -> tuple[pathlib.Path, np.ndarray]:
   trainer = trainers.Trainer(config, workdir / "blp_transe")
   vectors = trainer.objective.model(trainer.restore_params()[0]).entities()[1]
   run_dir = pathlib.Path(shutil.copytree(workdir / "blp_transe", tmp_path_factory.mktemp("copied") / "blp_transe"))
-  tiny_training.assert_loads_as_evaluated(workdir / "blp_transe", ["entity number five"])
+  tiny_training.assert_loads_as_evaluated(workdir / "blp_transe",
+                                          tiny_training.entity_and_text_vectors(["entity number five"]))
   shutil.rmtree(data)  # Neither the graph nor its TFDS build is left.
   return run_dir, vectors
 

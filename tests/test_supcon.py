@@ -156,8 +156,10 @@ def test_every_model_of_the_config_trains_and_reports(supcon_run):
 def test_loaded_runs_score_pairs_as_their_evaluation_did_and_predict_matches(supcon_run, tmp_path):
   config, workdir, results = supcon_run
   corpus = trainers.Trainer(config, tmp_path / "unused").objective.evaluation_data()
-  for run in ("supcon", "supcon_trained", "cross_encoder"):
-    tiny_training.assert_loads_as_evaluated(workdir / run, corpus.texts[:3])
+  for run in ("supcon", "supcon_trained"):
+    tiny_training.assert_loads_as_evaluated(workdir / run, tiny_training.entity_and_text_vectors(corpus.texts[:3]))
+  tiny_training.assert_loads_as_evaluated(workdir / "cross_encoder",
+                                          lambda model: model.match_logits(corpus.texts[:3], corpus.texts[3:6]))
   for run in ("supcon_trained", "cross_encoder"):
     model = docent_jax.load(workdir / run)
     assert pair_matching.classify_pairs(model, corpus, "test") == pytest.approx(

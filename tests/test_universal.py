@@ -106,7 +106,8 @@ def test_training_reports_tasks_analogies_and_similarity_for_every_model(tiny_co
       "phrases_minilm-l6.json", "words_minilm-l6.json"]
   # The loaded multi-task run's heads classify the held-out pairs as its evaluation did.
   model = docent_jax.load(tmp_path / "universal_multitask")
-  tiny_training.assert_loads_as_evaluated(tmp_path / "universal_multitask", ["a dog runs", "the cat sleeps"])
+  tiny_training.assert_loads_as_evaluated(tmp_path / "universal_multitask",
+                                          tiny_training.entity_and_text_vectors(["a dog runs", "the cat sleeps"]))
   sources = trainers.Trainer(tiny_config, "unused").objective.evaluation_data()
   max_pairs = tiny_config.evals.validation.max_pairs
   assert pair_tasks.classify_held_out_pairs(model, sources, "validation", max_pairs) == pytest.approx(
@@ -163,7 +164,8 @@ def test_faq_fine_tuning_reports_every_model_and_the_lexical_baselines(faq_confi
   assert json.loads((tmp_path / "results.json").read_text()) == results
   # A loaded FAQ run ranks the FAQ as its evaluation did, and answers questions from its own FAQ, data gone.
   faq = trainers.Trainer(faq_config, "unused").objective.evaluation_data()
-  tiny_training.assert_loads_as_evaluated(tmp_path / "faq_retrieved", faq.queries["test"][:3])
+  tiny_training.assert_loads_as_evaluated(tmp_path / "faq_retrieved",
+                                          tiny_training.entity_and_text_vectors(faq.queries["test"][:3]))
   model = docent_jax.load(tmp_path / "faq_retrieved")
   assert faq_retrieval.rank_faq(model, faq) == pytest.approx(
       {key.removeprefix("faq_retrieved/"): value for key, value in results.items()

@@ -2,6 +2,7 @@
 import os
 import pathlib
 import socket
+from typing import Any
 
 import ml_collections
 
@@ -51,20 +52,30 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def assert_loads_as_evaluated(run_path: pathlib.Path, texts: list[str]) -> None:
-  """`docent_jax.load` of a finished run gives, bit for bit, the vectors of the model its trainer evaluated: the
-  objective's model over the reported params (what the last evaluation scored), on the run's own mesh. Its entity
-  vectors where it has an entity set, else the vectors of `texts`."""
+def assert_loads_as_evaluated(run_path: pathlib.Path, outputs: Any) -> None:
+  """`docent_jax.load` of a finished run gives the model its trainer evaluated: the same class, and over the same
+  params on the same mesh the same `outputs(model)` (an array: vectors, logits), bit for bit. The trainer's model
+  is the objective's over the reported params as training keeps them (sharded), where `load` reads them to the
+  host: that layout alone may move the last bit of float32, so the trainer's params are compared both as they
+  are (to float rounding) and read to the host as `load` reads them (exactly)."""
   # Imported here: this module sets up the environment before JAX starts.
+  import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from docent_jax import run_dir as run_dirs  # pylint: disable=g-import-not-at-top
   from docent_jax import trainer as trainers  # pylint: disable=g-import-not-at-top
   from docent_jax.inference import model as inference_model  # pylint: disable=g-import-not-at-top
   run = run_dirs.RunDir(run_path)
   trainer = trainers.Trainer(run.recorded_config(), run)
-  evaluated = trainer.objective.model(trainer.restore_params()[0])
+  params = trainer.restore_params()[0]
   loaded = inference_model.load(run, mesh=trainer.mesh)
-  assert type(loaded) is type(evaluated)
-  if "entity_ids" in loaded.record:
-    np.testing.assert_array_equal(loaded.entities()[1], evaluated.entities()[1])
-  np.testing.assert_array_equal(loaded.encode(texts), evaluated.encode(texts))
+  assert type(loaded) is type(trainer.objective.model(params))
+  np.testing.assert_allclose(outputs(loaded), outputs(trainer.objective.model(params)), rtol=1e-6, atol=1e-7)
+  np.testing.assert_array_equal(outputs(loaded), outputs(trainer.objective.model(jax.device_get(params))))
+
+
+def entity_and_text_vectors(texts: list[str]) -> Any:
+  """`outputs` for `assert_loads_as_evaluated`: a model's entity vectors where it has an entity set, and the vectors
+  of `texts`."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  return lambda model: np.concatenate(([model.entities()[1]] if "entity_ids" in model.record else [])
+                                      + [model.encode(texts)])

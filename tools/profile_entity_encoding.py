@@ -28,7 +28,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import bench_input_pipeline  # pylint: disable=g-import-not-at-top  # A tool beside this one.
 from docent_jax import parallel  # pylint: disable=g-import-not-at-top
 from docent_jax import trainer as trainers  # pylint: disable=g-import-not-at-top
-from docent_jax.models import blp_model  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
 
@@ -51,8 +50,7 @@ def profile(trainer: trainers.Trainer, entities: int, repeats: int) -> dict[str,
   options = dict(batch_size=config.eval.batch_size, mesh=trainer.mesh)
   pad_id = objective.tokenizer.pad_token_id
 
-  def encode_entities(params: Any, tokens: jax.Array) -> jax.Array:  # One function object: one compile per shape.
-    return objective.module.apply({"params": params}, tokens, method=blp_model.BlpModel.encode)
+  encode_entities = objective.model().encode_tokens  # One function object: one compile per shape.
 
   ways = {
       "full_width": lambda: parallel.map_batches(encode_entities, params, tokens, **options),

@@ -17,14 +17,15 @@ class LinkPredictionModel(protocol.Model):
   """Encodes entity descriptions; scores triples; completes (description, relation) with the model's entities.
 
   The record holds the run's entities (`entity_ids`, `entity_texts`) and its relation names (`relation_ids`),
-  in the order of the relation table.
+  in the order of the relation table; a record of shapes alone (compiling ahead of time) gives `num_relations`.
   """
 
   def __init__(self, *args: Any, tokenizer: Any = None, **kwargs: Any):
     super().__init__(*args, **kwargs)
     self.tokenizer = tokenizer or pretrained.load_tokenizer(self.config.model.tokenizer)
-    self.relation_ids: list[str] = list(self.record["relation_ids"])
-    self.module, self.scoring = blp_model.create(self.config, self.tokenizer.vocab_size, len(self.relation_ids))
+    self.relation_ids: list[str] = list(self.record.get("relation_ids", ()))
+    num_relations = self.record.get("num_relations", len(self.relation_ids))
+    self.module, self.scoring = blp_model.create(self.config, self.tokenizer.vocab_size, num_relations)
     self.encoder_path = blp_model.encoder_path(self.config)
     self._encode_tokens_fn = self.encode_tokens  # Bound once: copies (`with_params`) share its compilations.
 

@@ -33,7 +33,8 @@ class MovieModel(protocol.Model):
     super().__init__(*args, **kwargs)
     self.tokenizer = tokenizer or pretrained.load_tokenizer(self.config.model.tokenizer)
     self.bert_config = pretrained.model_bert_config(self.config.model, self.tokenizer.vocab_size)
-    self.num_entities = len(self.record["entity_ids"])
+    # A record of shapes alone (compiling ahead of time) gives the count instead of the ids.
+    self.num_entities = self.record.get("num_entities") or len(self.record["entity_ids"])
     self._encode_tokens_fn = self.encode_tokens  # Bound once: copies (`with_params`) share its compilations.
 
   def _encode(self, texts: list[str]) -> np.ndarray:

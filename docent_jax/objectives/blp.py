@@ -42,7 +42,6 @@ def sample_negatives(rng: jax.Array, batch_size: int, num_negatives: int) -> tup
 class BlpObjective(base.Objective):
   """Link prediction over entity descriptions, evaluated by inductive ranking and entity classification."""
 
-
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)
     self.graph = knowledge_graph.load_knowledge_graph(
@@ -68,6 +67,16 @@ class BlpObjective(base.Objective):
                  self.graph.num_relations, {k: len(v) for k, v in self.graph.triples.items()})
 
   @property
+  def module(self) -> blp_model.BlpModel:
+    """The Flax module the loss applies: its model's (`model()`), the one evaluation and `load()` use."""
+    return self.model().module
+
+  @property
+  def scoring(self) -> Any:
+    """The scoring function of the triples: its model's."""
+    return self.model().scoring
+
+  @property
   def encoder_path(self) -> tuple[str, ...]:
     return self.model().encoder_path
 
@@ -79,15 +88,14 @@ class BlpObjective(base.Objective):
     base.Objective.__init__(objective, config, mesh)
     objective.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
     objective.loss_fn = losses.get_link_prediction_loss(config.loss.name)
-    objective._model = objective.create_model(
-        {"entity_ids": [], "entity_texts": [], "relation_ids": [str(r) for r in range(shapes["num_relations"])]})
+    objective._model = objective.create_model({"num_relations": shapes["num_relations"]})
     return objective
 
   def vector_width(self) -> int:
     """The width of an entity's vector (what search ranks), from the params' shapes."""
     params = nn.unbox(jax.eval_shape(self.init_variables, jax.random.key(0)))
     tokens = jax.ShapeDtypeStruct((1, self.config.data.max_len), jnp.int32)
-    encode = lambda p, t: self.model().module.apply({"params": p}, t, method=blp_model.BlpModel.encode)
+    encode = lambda p, t: self.module.apply({"params": p}, t, method=blp_model.BlpModel.encode)
     return int(jax.eval_shape(encode, params, tokens).shape[-1])
 
   def batch_shapes(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
@@ -120,7 +128,7 @@ class BlpObjective(base.Objective):
 
   def init_variables(self, rng: jax.Array) -> Any:
     tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
-    return self.model().module.init(rng, tokens, jnp.zeros((1,), jnp.int32))["params"]
+    return self.module.init(rng, tokens, jnp.zeros((1,), jnp.int32))["params"]
 
   def pretrained_params(self) -> dict[str, Any]:
     if self._bert_params is None:
@@ -135,7 +143,7 @@ class BlpObjective(base.Objective):
         pad_id=self.tokenizer.pad_token_id)
 
   def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
-    module, scoring = self.model().module, self.model().scoring
+    module, scoring = self.module, self.scoring
     dropout_rng, negatives_rng = jax.random.split(rng)
     batch_size = batch["head"].shape[0]
     if "short_tokens" in batch:  # The shorter half of the rows cut short (`pipeline.shorter_half_first`).
@@ -158,7 +166,6 @@ class BlpObjective(base.Objective):
                          scoring.score(heads[:, None], relation[:, None], corrupted))
     loss = self.loss_fn(positive, negative, margin=self.config.loss.margin)
     return loss, {"loss": loss, "positive_score": positive.mean(), "negative_score": negative.mean()}
-
 
   def evaluation_data(self) -> knowledge_graph.KnowledgeGraph:
     return self.graph

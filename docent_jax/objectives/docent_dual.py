@@ -53,7 +53,6 @@ def review_evaluation(corpus: review_corpus.ReviewCorpus,
 class DocentDualObjective(base.Objective):
   """Sentence -> entity classification with a scaled-cosine dual encoder; evaluated by tag-query search."""
 
-
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)
     if config.loss.negatives not in NEGATIVES:
@@ -79,7 +78,7 @@ class DocentDualObjective(base.Objective):
     base.Objective.__init__(objective, config, mesh)
     objective.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
     objective.bert_config = pretrained.model_bert_config(config.model, objective.tokenizer.vocab_size)
-    objective._model = objective.create_model({"entity_ids": [str(e) for e in range(shapes["num_entities"])]})
+    objective._model = objective.create_model({"num_entities": shapes["num_entities"]})
     return objective
 
   def vector_width(self) -> int:
@@ -141,7 +140,6 @@ class DocentDualObjective(base.Objective):
 
   def inference_record(self) -> dict[str, Any]:
     return {"entity_ids": list(self.corpus.entity_ids), "titles": list(self.corpus.titles)}
-
 
   def evaluation_data(self) -> review_corpus.ReviewEvaluation:
     return review_evaluation(self.corpus, self.config)

@@ -39,7 +39,6 @@ def max_predictions(length: int, rate: float) -> int:
 class DocentFullObjective(base.Objective):
   """Masked prediction of word pieces and entity tokens; evaluated by tag-query search and tag prediction."""
 
-
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)
     for name in ("mlm_rate", "entity_mask_rate"):
@@ -183,7 +182,6 @@ class DocentFullObjective(base.Objective):
 
   def inference_record(self) -> dict[str, Any]:
     return {"entity_ids": list(self.corpus.entity_ids), "titles": list(self.corpus.titles)}
-
 
   def evaluation_data(self) -> review_corpus.ReviewEvaluation:
     return docent_dual.review_evaluation(self.corpus, self.config)

@@ -37,7 +37,6 @@ NEGATIVES = ("retrieved", "random")
 class FaqRetrievalObjective(base.Objective):
   """Fine-tuning of a text encoder for FAQ retrieval; see the module docstring."""
 
-
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)
     if config.loss.negatives not in NEGATIVES:
@@ -122,7 +121,6 @@ class FaqRetrievalObjective(base.Objective):
   def inference_record(self) -> dict[str, Any]:
     return {"entity_ids": [str(i) for i in range(len(self.faq.questions))], "entity_texts": list(self.faq.questions),
             "answers": list(self.faq.answers)}
-
 
   def evaluation_data(self) -> universal_corpus.FaqSet:
     return self.faq

@@ -34,7 +34,6 @@ HEAD_INITS = ("fresh", "probe")
 class PairMatchingObjective(base.Objective):
   """A bi-encoder pair classifier, fine-tuned from the encoder of the run it starts from."""
 
-
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)
     if config.model.get("head_init", "fresh") not in HEAD_INITS:
@@ -118,7 +117,6 @@ class PairMatchingObjective(base.Objective):
 
   def inference_record(self) -> dict[str, Any]:
     return {"special_tokens": list(pair_matching_model.OFFER_TOKENS)}
-
 
   def evaluation_data(self) -> offer_corpus.OfferCorpus:
     return dataclasses.replace(self.corpus, pairs=self.pairs)

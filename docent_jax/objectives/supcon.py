@@ -61,7 +61,6 @@ def offer_labels_of(corpus: offer_corpus.OfferCorpus, kind: str, *, fraction: fl
 class SupconObjective(base.Objective):
   """Contrastive pre-training of the offer encoder (mean-pooled BERT)."""
 
-
   rows_per_example = 2  # Each anchor is followed by its partner.
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
@@ -129,7 +128,6 @@ class SupconObjective(base.Objective):
 
   def inference_record(self) -> dict[str, Any]:
     return {"special_tokens": list(pair_matching_model.OFFER_TOKENS)}
-
 
   def evaluation_data(self) -> offer_corpus.OfferCorpus:
     return self.corpus

@@ -49,7 +49,6 @@ class TagFinetuningObjective(base.Objective):
   """Fits a tag scorer to the known training labels of the movies it fits on (the training movies, or every movie
   for an open vocabulary), their entity vectors frozen."""
 
-
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)
     task = config.tags

@@ -46,7 +46,6 @@ CANDIDATES_DIR = "analogy_candidates"
 class UniversalObjective(base.Objective):
   """Siamese multi-task training of a text encoder; see the module docstring."""
 
-
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     super().__init__(config, mesh)
     data = config.data
@@ -171,7 +170,6 @@ class UniversalObjective(base.Objective):
 
   def inference_record(self) -> dict[str, Any]:
     return {"tasks": {name: list(task.label_names) for name, task in self.tasks.items()}}
-
 
   def evaluation_data(self) -> universal_corpus.EvaluationSources:
     data = self.config.data
