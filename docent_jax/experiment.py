@@ -19,7 +19,6 @@ import ml_collections
 
 from docent_jax import config_schema
 from docent_jax import methods
-from docent_jax import outputs
 from docent_jax import parallel
 from docent_jax import run_dir as run_dirs
 from docent_jax import trainer as trainers
@@ -156,7 +155,7 @@ def selected_runs(runs: list[ml_collections.ConfigDict], names: Sequence[str]) -
 
 def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, train: bool, force: bool = False,
          take_over_other_hosts: bool = False, runs: Sequence[str] = ()) -> dict[str, float]:
-  workdir = outputs.as_path(workdir)
+  workdir = run_dirs.Workdir(workdir)
   runs = selected_runs(model_configs(config), runs)
   transfer = not train and config.get("model_init") and config.model_init not in {run.name for run in runs}
   if transfer:
@@ -170,12 +169,14 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
       raise config_schema.ConfigError(
           f"{error}" if run_config is runs[0] else f"run {run_config.name}: {error}") from None
   results, reported = {}, {}
-  run_dirs.read_results(workdir)  # A damaged results.json stops the run now, not after training.
+  workdir.read_results()  # A damaged results.json stops the run now, not after training.
+  # A model evaluated anew drops the mark of an earlier forced evaluation.
+  superseded = lambda key: key.endswith(f"/{FORCED_KEY}") and key.split("/")[0] in {k.split("/")[0] for k in results}
   for index, run_config in enumerate(runs):
     started = time.time()
     try:
-      trainer = trainers.Trainer(run_config, run_dirs.RunDir(workdir / run_config.name))
-      parent = (_model_init(run_config.model_init, workdir, reported, trainer.mesh) if run_config.get("model_init")
+      trainer = trainers.Trainer(run_config, workdir.run(run_config.name))
+      parent = (_model_init(run_config.model_init, reported, trainer.mesh) if run_config.get("model_init")
                 else None)
       if parent is not None and not transfer:
         check_same_encoder(parent, run_config)
@@ -198,11 +199,11 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
       run_results.update({f"{name}/{FORCED_KEY}": forced_step for name in {k.split("/")[0] for k in run_results}})
     logging.info("%s: done in %s.", run_config.name, trainers.format_duration(time.time() - started))
     results.update(run_results)
-    _write_results(workdir, results)
+    workdir.write_results(results, replaces=superseded)
   summary = seeds.summarize(results)
   if summary:
     results.update(summary)
-    _write_results(workdir, results)
+    workdir.write_results(results, replaces=superseded)
   if jax.process_index() == 0 and results:
     print(results_table(results), flush=True)
   return results
@@ -230,8 +231,7 @@ def _transfer_config(config: ml_collections.ConfigDict) -> ml_collections.Config
   return transfer
 
 
-def _model_init(model_init: str, workdir: epath.Path, reported: dict[str, protocol.Model],
-                mesh: Mesh) -> protocol.Model:
+def _model_init(model_init: str, reported: dict[str, protocol.Model], mesh: Mesh) -> protocol.Model:
   """The model of the run a run starts from: a run of this config, or any run's directory (its reported params;
   those of an unfinished run with a warning), on `mesh`. A directory that loads without its data
   (`docent_jax.load`) is loaded; one trained before runs recorded what loading needs is rebuilt from its config and
@@ -266,10 +266,3 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, f
 
 
 
-
-def _write_results(workdir: epath.Path, results: dict[str, float]) -> None:
-  """`results` into the workdir's results.json; a model evaluated anew drops the mark of an earlier forced
-  evaluation."""
-  models = {key.split("/")[0] for key in results}
-  run_dirs.write_results(workdir, results, replaces=lambda key: key.endswith(f"/{FORCED_KEY}")
-                         and key.split("/")[0] in models)

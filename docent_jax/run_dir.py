@@ -60,26 +60,8 @@ class WorkdirLockedError(RuntimeError):
   """Another job is training in the run directory."""
 
 
-def read_results(workdir: str | epath.PathLike) -> dict[str, float]:
-  """The workdir's results.json ({} if there is none); a damaged one is an error naming it."""
-  return outputs.read_results(outputs.as_path(workdir) / RESULTS_FILE)
-
-
-def write_results(workdir: str | epath.PathLike, results: dict[str, float],
-                  replaces: Callable[[str], bool] = lambda key: False) -> None:
-  """Writes `results` into the workdir's results.json (whole, then renamed over it), keeping the results other
-  configs wrote there except those `replaces` names."""
-  if jax.process_index() != 0:
-    return
-  path = outputs.as_path(workdir) / RESULTS_FILE
-  kept = outputs.merge_results(path, results, replaces=replaces)
-  if kept:
-    logging.info("%s keeps %d earlier results that this run has not rewritten.", path, len(kept))
-  logging.info("Wrote %s (%d results).", path, len(results))
-
-
-class RunDir:
-  """The directory of one run (`WORKDIR/<model>`)."""
+class _Directory:
+  """A directory, local or gs://, named by its path."""
 
   def __init__(self, path: str | epath.PathLike):
     self.path = outputs.as_path(path)
@@ -91,10 +73,36 @@ class RunDir:
   def name(self) -> str:
     return self.path.name
 
+
+class Workdir(_Directory):
+  """A workdir: its runs' directories (`WORKDIR/<model>`) and the results.json beside them."""
+
+  def run(self, name: str) -> "RunDir":
+    return RunDir(self.path / name)
+
+  def read_results(self) -> dict[str, float]:
+    """Its results.json ({} if there is none); a damaged one is an error naming it."""
+    return outputs.read_results(self.path / RESULTS_FILE)
+
+  def write_results(self, results: dict[str, float], replaces: Callable[[str], bool] = lambda key: False) -> None:
+    """Writes `results` into its results.json (whole, then renamed over it), keeping the results other configs
+    wrote there except those `replaces` names."""
+    if jax.process_index() != 0:
+      return
+    path = self.path / RESULTS_FILE
+    kept = outputs.merge_results(path, results, replaces=replaces)
+    if kept:
+      logging.info("%s keeps %d earlier results that this run has not rewritten.", path, len(kept))
+    logging.info("Wrote %s (%d results).", path, len(results))
+
+
+class RunDir(_Directory):
+  """The directory of one run (`WORKDIR/<model>`)."""
+
   @property
-  def workdir(self) -> epath.Path:
+  def workdir(self) -> Workdir:
     """The workdir the run belongs to, where results.json is."""
-    return self.path.parent
+    return Workdir(self.path.parent)
 
   # Records: the config and data it trained on, and what loading it needs.
 
@@ -257,9 +265,9 @@ class RunDir:
     return self.path / EXPORTED_IDS_FILE
 
 
-def loadable_runs(workdir: str | epath.PathLike) -> list[RunDir]:
+def loadable_runs(workdir: Workdir) -> list[RunDir]:
   """The loadable runs of a workdir (those that recorded what loading needs), by name."""
-  return [RunDir(path) for path in sorted(outputs.as_path(workdir).iterdir()) if (path / MODEL_FILE).exists()]
+  return [RunDir(path) for path in sorted(workdir.path.iterdir()) if (path / MODEL_FILE).exists()]
 
 
 class EvaluationLog:

@@ -59,7 +59,7 @@ def test_a_blp_run_with_model_init_starts_from_the_parents_params(kg_dir, tfds_d
   child_config.model_init = str(parent_dir / "blp_transe")
   child_config.seed = 7  # Another fresh initialisation: whatever matches it came from the parent.
   child = trainers.Trainer(child_config, "unused")
-  child.objective.start_from(experiment._model_init(child_config.model_init, parent_dir, {}, child.mesh))
+  child.objective.start_from(experiment._model_init(child_config.model_init, {}, child.mesh))
   start = child.initial_state().params
   for (path, got), want in zip(jax.tree_util.tree_flatten_with_path(start)[0], jax.tree.leaves(parent_params)):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=jax.tree_util.keystr(path))
@@ -153,7 +153,7 @@ def test_results_cut_short_by_a_full_disk_leave_the_earlier_file_whole(tmp_path)
   earlier = {f"model_{i}/test/mrr": 0.5 for i in range(20)}
   (tmp_path / "results.json").write_text(json.dumps(earlier))
   code = ("from docent_jax import run_dir as run_dirs\n"
-          f"run_dirs.write_results({str(tmp_path)!r}, {{f'new_{{i}}/test/mrr': 0.25 for i in range(500)}})\n")
+          f"run_dirs.Workdir({str(tmp_path)!r}).write_results({{f'new_{{i}}/test/mrr': 0.25 for i in range(500)}})\n")
   run = _run_with_file_size_limit(code, 4096)
   assert run.returncode != 0 and "File too large" in run.stderr
   assert json.loads((tmp_path / "results.json").read_text()) == earlier

@@ -30,7 +30,7 @@ def define_flags() -> None:
 
 def main(argv: list[str]) -> None:
   del argv
-  runs = run_dirs.loadable_runs(FLAGS.workdir)
+  runs = run_dirs.loadable_runs(run_dirs.Workdir(FLAGS.workdir))
   if not runs:
     raise app.UsageError(f"{FLAGS.workdir} holds no trained run directory.")
   for run in runs:

@@ -60,7 +60,7 @@ def run_fraction(config_arg: str, overrides: dict[str, object], fraction: float,
   command = [sys.executable, "-m", "docent_jax.main", f"--config={config_arg}", f"--workdir={workdir}",
              *[f"--config.{key}={value}" for key, value in overrides.items()]]
   subprocess.run(command, check=True, env=os.environ)
-  return run_dirs.read_results(workdir)
+  return run_dirs.Workdir(workdir).read_results()
 
 
 def plot(points: list[dict], title: str, path: epath.Path) -> None:
