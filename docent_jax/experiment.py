@@ -7,9 +7,9 @@ fine-tunes (`model_init`). `WORKDIR/results.json` gets `<model>/<split>/<metric>
 (`num_seeds`: `<model>_seed<N>`) the mean and standard deviation as `<model>@seeds/...`. With `model_init` naming
 another workdir's run and nothing to train, the config's evaluators score that run's model (transfer).
 """
+from collections.abc import Callable, Sequence
 import re
 import time
-from typing import Sequence
 
 from absl import logging
 from etils import epath
@@ -170,8 +170,6 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
           f"{error}" if run_config is runs[0] else f"run {run_config.name}: {error}") from None
   results, reported = {}, {}
   workdir.read_results()  # A damaged results.json stops the run now, not after training.
-  # A model evaluated anew drops the mark of an earlier forced evaluation.
-  superseded = lambda key: key.endswith(f"/{FORCED_KEY}") and key.split("/")[0] in {k.split("/")[0] for k in results}
   for index, run_config in enumerate(runs):
     started = time.time()
     try:
@@ -199,11 +197,11 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
       run_results.update({f"{name}/{FORCED_KEY}": forced_step for name in {k.split("/")[0] for k in run_results}})
     logging.info("%s: done in %s.", run_config.name, trainers.format_duration(time.time() - started))
     results.update(run_results)
-    workdir.write_results(results, replaces=superseded)
+    workdir.write_results(results, replaces=_superseded_by(results))
   summary = seeds.summarize(results)
   if summary:
     results.update(summary)
-    workdir.write_results(results, replaces=superseded)
+    workdir.write_results(results, replaces=_superseded_by(results))
   if jax.process_index() == 0 and results:
     print(results_table(results), flush=True)
   return results
@@ -265,4 +263,8 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, f
   return _run(config, workdir, train=False, force=force, runs=runs)
 
 
-
+def _superseded_by(results: dict[str, float]) -> Callable[[str], bool]:
+  """Which earlier keys of results.json `results` replaces besides its own: a model evaluated anew drops the mark of
+  an earlier forced evaluation."""
+  models = {key.split("/")[0] for key in results}
+  return lambda key: key.endswith(f"/{FORCED_KEY}") and key.split("/")[0] in models

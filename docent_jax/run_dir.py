@@ -61,10 +61,10 @@ class WorkdirLockedError(RuntimeError):
 
 
 class _Directory:
-  """A directory, local or gs://, named by its path."""
+  """A directory, local or gs://, named by its path (or given as another such object)."""
 
-  def __init__(self, path: str | epath.PathLike):
-    self.path = outputs.as_path(path)
+  def __init__(self, path: "str | epath.PathLike | _Directory"):
+    self.path = path.path if isinstance(path, _Directory) else outputs.as_path(path)
 
   def __str__(self) -> str:
     return str(self.path)

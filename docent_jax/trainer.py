@@ -142,7 +142,7 @@ class Trainer:
     shapes, to compile for devices elsewhere); by default the config's, with its data, on every device of this
     machine."""
     self.config = config
-    self.run_dir = run_dir if isinstance(run_dir, run_dirs.RunDir) else run_dirs.RunDir(run_dir)
+    self.run_dir = run_dirs.RunDir(run_dir)
     self.mesh = parallel.create_mesh(config.mesh) if objective is None else objective.mesh
     objective_class = methods.objective_class(config.objective)
     config_schema.check_config(config, self.mesh, objective_class.rows_per_example, objective_class.config_rules())

@@ -22,7 +22,7 @@ def read_run(path: str | epath.PathLike | run_dirs.RunDir) -> tuple[ml_collectio
   """(config, record) of a trained run directory, read without its params: what is cheap to check (the objective,
   relation names, entity count) before the checkpoint is restored. A directory that is no loadable run is an
   error naming it."""
-  run = path if isinstance(path, run_dirs.RunDir) else run_dirs.RunDir(path)
+  run = run_dirs.RunDir(path)
   if not run.path.is_dir():
     raise FileNotFoundError(f"{run}: no such run directory.")
   config = run.recorded_config()
@@ -36,7 +36,7 @@ def load(path: str | epath.PathLike | run_dirs.RunDir, mesh: Mesh | None = None)
   """The model of a trained run directory (`WORKDIR/<model>`, local or gs://) with the params it reported; it
   computes on `mesh` (default: every device of this machine on the data axis). An unfinished run loads with a
   warning naming its step."""
-  run = path if isinstance(path, run_dirs.RunDir) else run_dirs.RunDir(path)
+  run = run_dirs.RunDir(path)
   config, record = read_run(run)
   params, step = run.restore_reported_params()
   num_steps = config.train.num_steps
