@@ -37,13 +37,22 @@ flags.DEFINE_integer("num_processes", None, "Number of processes (with --coordin
 flags.DEFINE_integer("process_id", None, "This process's index (with --coordinator_address).")
 flags.mark_flags_as_required(["config", "workdir"])
 
-def _quiet_closed_event_loops(exc_type, exc, tb, default=sys.excepthook) -> None:
+def _is_closed_event_loop_in_thread(exc_type: type, exc: BaseException) -> bool:
   """After a failed checkpoint write, TensorStore's callbacks reach Orbax's closed event loop from their own
   threads, one traceback each; the write failure itself is reported once (`CheckpointWriteError`)."""
-  if (exc_type is RuntimeError and str(exc) == "Event loop is closed"
-      and threading.current_thread() is not threading.main_thread()):
-    return
-  default(exc_type, exc, tb)
+  return (exc_type is RuntimeError and str(exc) == "Event loop is closed"
+          and threading.current_thread() is not threading.main_thread())
+
+
+def _quiet_closed_event_loops(exc_type, exc, tb, default=sys.excepthook) -> None:
+  if not _is_closed_event_loop_in_thread(exc_type, exc):
+    default(exc_type, exc, tb)
+
+
+def _quiet_closed_event_loops_unraisable(unraisable, default=sys.unraisablehook) -> None:
+  # TensorStore reports a callback's exception either way: as uncaught (excepthook) or as unraisable.
+  if not _is_closed_event_loop_in_thread(unraisable.exc_type, unraisable.exc_value):
+    default(unraisable)
 
 
 def main(argv: list[str]) -> None:
@@ -51,6 +60,7 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if not FLAGS.library_logs:
     sys.excepthook = _quiet_closed_event_loops
+    sys.unraisablehook = _quiet_closed_event_loops_unraisable
     tfds.disable_progress_bar()
   if FLAGS.coordinator_address or FLAGS.multihost:
     parallel.initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)

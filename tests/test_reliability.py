@@ -188,6 +188,7 @@ def test_a_checkpoint_write_that_fails_is_one_error_naming_step_directory_and_ca
   # The only error logged, and no interpreter shutdown failing around Orbax's threads (~1,000 lines before).
   assert [line for line in run.stderr.splitlines() if re.match(r"[EF]\d{4} ", line)] == errors
   assert "meta_path" not in run.stderr
+  assert "Event loop is closed" not in run.stderr  # TensorStore's callbacks into Orbax's closed loop, once each.
 
 
 def test_an_unknown_override_key_names_the_nearest_valid_keys():
