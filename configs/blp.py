@@ -33,7 +33,7 @@ def get_config(arg: str = "wn18rr") -> ml_collections.ConfigDict:
   config.objective = "blp"
   config.seed = 0
   config.num_seeds = 1  # N > 1: each trained run again with seeds seed+1 .. seed+N-1; <model>@seeds: mean, std.
-  config.model_init = ""  # A run to start from: a model of this config, or any finished run's workdir.
+  config.model_init = ""  # A run to start from (its reported params): a run directory, or a run of this config.
 
   config.data = common.data(dataset, max_len=32)
   config.data.drop_stopwords = False  # BLP drops English stop words and punctuation for its BOW and CNN baselines.
@@ -42,7 +42,7 @@ def get_config(arg: str = "wn18rr") -> ml_collections.ConfigDict:
   # entities and triples stay whole: BLP's Fig. 2, MRR against the number of training entities.
   config.data.train_entity_fraction = 1.0
 
-  config.model = common.bert_model()
+  config.model = common.bert_model(inference_batch_size=256)
   config.model.encoder = "bert"  # bert | bert_mean (SBERT's pooling) | bow (BE-BOW) | cnn (DKRL)
   config.model.dim = 128  # Entity vectors; bow: 0 = the word-piece embeddings' width, with no linear map.
   config.model.scoring = scoring or "transe"
@@ -57,15 +57,16 @@ def get_config(arg: str = "wn18rr") -> ml_collections.ConfigDict:
 
   config.optim = common.optimizer(learning_rate=2e-5, warmup_steps=1000)
 
-  config.train = common.training(global_batch_size=64, num_steps=50_000, log_every_steps=100,
-                                 checkpoint_every_steps=2_000)
-
-  config.eval = common.evaluation(batch_size=256, best_metric="validation/mrr")
-  config.eval.link_prediction_batch_size = 512
   # BLP keeps the checkpoint of the best validation MRR and reports test numbers from it.
+  config.train = common.training(global_batch_size=64, num_steps=50_000, log_every_steps=100,
+                                 checkpoint_every_steps=2_000, best_metric="validation/mrr")
+
+  # Link prediction ranks `query_batch_size` queries against every entity at a time.
+  query_batch_size = ml_collections.FieldReference(512)
   config.evals = ml_collections.ConfigDict(dict(
-      validation=common.evaluator("link_prediction", split="validation", every_steps=2_000),
-      test=common.evaluator("link_prediction", split="test"),
+      validation=common.evaluator("link_prediction", split="validation", every_steps=2_000,
+                                  query_batch_size=query_batch_size),
+      test=common.evaluator("link_prediction", split="test", query_batch_size=query_batch_size),
       classification=common.evaluator("entity_classification"),  # C from BLP's grid, 0.1 to 1e4, by validation.
   ))
 
@@ -93,7 +94,7 @@ def wikidata5m_setting(config: ml_collections.ConfigDict) -> ml_collections.Conf
   config.optim.update(learning_rate=5e-5, warmup_steps=num_steps // 5)
   config.train.update(global_batch_size=1024, num_steps=num_steps)
   config.evals.validation.every_steps = steps_per_epoch
-  config.eval.best_metric = "validation/transfer_mrr"
+  config.train.best_metric = "validation/transfer_mrr"
   return config
 
 
@@ -123,7 +124,7 @@ def paper_setting(config: ml_collections.ConfigDict, dataset: str) -> ml_collect
   config.optim.update(learning_rate=2e-5, warmup_steps=num_steps // 5, weight_decay=0.0)
   config.train.update(global_batch_size=64, num_steps=num_steps, checkpoint_every_steps=steps_per_epoch)
   config.evals.validation.every_steps = steps_per_epoch
-  config.eval.best_metric = "validation/mrr"
+  config.train.best_metric = "validation/mrr"
   return config
 
 
@@ -145,7 +146,7 @@ def paper_bebow_setting(config: ml_collections.ConfigDict, dataset: str) -> ml_c
   config.optim.update(learning_rate=1e-4, warmup_steps=0, schedule="constant", grad_clip_norm=0.0, weight_decay=0.0)
   config.train.update(global_batch_size=64, num_steps=num_steps, checkpoint_every_steps=steps_per_epoch)
   config.evals.validation.every_steps = steps_per_epoch
-  config.eval.best_metric = "validation/mrr"
+  config.train.best_metric = "validation/mrr"
   return config
 
 

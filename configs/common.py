@@ -1,4 +1,5 @@
-"""Config blocks every method shares: the optimizer, the training loop and the device mesh."""
+"""Config blocks every method shares: the optimizer, the training loop, the encoder, evaluator entries and the
+device mesh."""
 import ml_collections
 
 
@@ -10,11 +11,14 @@ def optimizer(learning_rate: float, warmup_steps: int, lr_multipliers: tuple = (
       grad_clip_norm=1.0, b1=0.9, b2=0.999, eps=1e-8, lr_multipliers=lr_multipliers))
 
 
-def training(global_batch_size: int, num_steps: int, log_every_steps: int,
-             checkpoint_every_steps: int) -> ml_collections.ConfigDict:
+def training(global_batch_size: int, num_steps: int, log_every_steps: int, checkpoint_every_steps: int,
+             best_metric: str = "", best_mode: str = "max") -> ml_collections.ConfigDict:
+  """best_metric (e.g. 'validation/mrr', from an evaluator with every_steps) picks the params a run reports, kept
+  apart from the rolling checkpoints ("" = the last step's); best_mode 'max' or 'min'."""
   return ml_collections.ConfigDict(dict(
       global_batch_size=global_batch_size, num_steps=num_steps, log_every_steps=log_every_steps,
-      checkpoint_every_steps=checkpoint_every_steps, keep_checkpoints=3))
+      checkpoint_every_steps=checkpoint_every_steps, keep_checkpoints=3, best_metric=best_metric,
+      best_mode=best_mode))
 
 
 def mesh() -> ml_collections.ConfigDict:
@@ -34,12 +38,14 @@ def data(dataset: str, max_len: int) -> ml_collections.ConfigDict:
       manual_dir=ml_collections.FieldReference(None, field_type=str)))
 
 
-def bert_model(pretrained: str = "minilm-l6") -> ml_collections.ConfigDict:
+def bert_model(pretrained: str = "minilm-l6", inference_batch_size: int = 128) -> ml_collections.ConfigDict:
   """pretrained: an alias or a Hugging Face BERT or RoBERTa directory (tokenizer: the same directory, for
   RoBERTa); "" = a fresh BERT shaped by `bert`. dtype: what the encoder computes in (params and optimizer
-  state stay float32); remat: recompute each layer's activations in the backward pass to save memory."""
+  state stay float32); remat: recompute each layer's activations in the backward pass to save memory.
+  inference_batch_size: texts encoded per call outside training (evaluators, a loaded model)."""
   return ml_collections.ConfigDict(dict(
       pretrained=pretrained, tokenizer="minilm-l6", dtype="float32", remat=False,
+      inference_batch_size=inference_batch_size,
       bert=dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)))
 
 
@@ -51,11 +57,5 @@ def evaluator(kind: str, every_steps: int = 0, **options) -> dict:
 
 def baseline(kind: str, report_as: str, **options) -> dict:
   """An entry of `config.evals` that scores an untrained baseline (BM25, TF-IDF, static word pieces, ...) at the
-  end, reported as model `report_as`; evaluating another run on this config (`model_init`) leaves it out."""
+  end, reported as model `report_as`; evaluating another run on this config (`--trained_run`) leaves it out."""
   return dict(evaluator(kind, **options), report_as=report_as, baseline=True)
-
-
-def evaluation(batch_size: int, best_metric: str = "", best_mode: str = "max") -> ml_collections.ConfigDict:
-  """Shared evaluation settings; best_metric (e.g. 'validation/mrr', from an eval with every_steps) picks
-  the checkpoint whose params are reported ("" = the last), best_mode 'max' or 'min'."""
-  return ml_collections.ConfigDict(dict(batch_size=batch_size, best_metric=best_metric, best_mode=best_mode))

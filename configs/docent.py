@@ -8,7 +8,7 @@ imdb_movielens (default, also when empty), reviews2movielens, or a directory of 
   --config=configs/docent.py:dual
   --config=configs/docent.py:dual,/data/my_reviews --config.loss.negatives=full
   --config=configs/docent.py:dual,imdb_movielens,tag_curve
-  --config=configs/docent.py:dual --config.eval.search_queries=/data/queries.jsonl
+  --config=configs/docent.py:dual --config.evals.search.queries=/data/queries.jsonl
 """
 import ml_collections
 
@@ -33,9 +33,16 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.name = f"docent_{variant}"
   config.seed = 0
   config.num_seeds = 1  # N > 1: each trained run again with seeds seed+1 .. seed+N-1; <model>@seeds: mean, std.
-  config.model_init = ""  # A run to start from: a model of this config, or any finished run's workdir.
+  config.model_init = ""  # A run to start from (its reported params): a run directory, or a run of this config.
 
   config.data = common.data(dataset or "imdb_movielens", max_len=64)
+  # The labels of the evaluations. A movie is relevant to a tag query at `search_min_votes` votes. A tag is
+  # positive for a held-out movie at `tag_vote_threshold` votes or more (genres: 1). The paper labels a pair
+  # positive "iff #(m, t) > T" with "T = 2" (its tag-prediction metrics), i.e. at 3 votes or more:
+  # --config.data.tag_vote_threshold=3 in this convention. In imdb_movielens only 5 movie-tag pairs reach 2 votes,
+  # so 1 is the default here.
+  config.data.search_min_votes = 1
+  config.data.tag_vote_threshold = 1
 
   config.model = common.bert_model()
   # Of the cosine similarity; learned from this value unless learn_scale is False. The paper's score is the plain
@@ -68,37 +75,32 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.train = common.training(global_batch_size=32, num_steps=NUM_STEPS[variant], log_every_steps=50,
                                  checkpoint_every_steps=500)
 
-  config.eval = common.evaluation(batch_size=128)
-  config.eval.search_min_votes = 1  # Votes that make a movie relevant to a tag query.
+  # Bag-of-sentences baselines (bos search, bos_bert tags): sentences kept per movie, and the pooling of the
+  # pretrained encoder (mean | cls).
+  bos_sentences_per_movie = ml_collections.FieldReference(8)
+  bos_pooling = ml_collections.FieldReference("mean")
   # A JSON Lines file of natural-language queries and their relevant movies (`movie_search.load_query_set`),
-  # searched over all movies by the model and the search baselines (`queries/`), besides the tag queries.
-  config.eval.search_queries = ""
-  queries = config.eval.get_ref("search_queries")
+  # searched over all movies by the model and the search baselines (`queries/`), besides the tag queries; one
+  # override sets all three: --config.evals.search.queries=FILE.
+  queries = ml_collections.FieldReference("")
   # The model's search, and the untrained baselines (reported under their own names): BM25 and bag-of-sentences
   # search, popular tags and TF-IDF for tags and genres. BoS-BERT tags are fine-tuning runs (`baselines` below).
   config.evals = ml_collections.ConfigDict(dict(
       search=common.evaluator("movie_search", queries=queries),
       bm25=common.baseline("bm25_search", "bm25", queries=queries),
-      bos=common.baseline("bos_search", "bos", queries=queries),
+      bos=common.baseline("bos_search", "bos", queries=queries, sentences_per_movie=bos_sentences_per_movie,
+                          pooling=bos_pooling),
       top_tags=common.baseline("top_tags", "top_tags"),
       tfidf=common.baseline("tfidf_tags", "tfidf")))
-  # Tag prediction: a tag is positive for a held-out movie at this many votes or more (votes >= threshold;
-  # genres: 1). The paper labels a pair positive "iff #(m, t) > T" with "T = 2" (its tag-prediction metrics),
-  # i.e. at 3 votes or more: --config.eval.tag_vote_threshold=3 in this convention. In imdb_movielens only 5
-  # movie-tag pairs reach 2 votes, so 1 is the default here.
-  config.eval.tag_vote_threshold = 1
   # Tag prediction fine-tunes a scorer against the frozen entity vectors (AdamW, linear decay), one run per
-  # task (`finetune` below): f(t) for DUAL and HYBRID, a pair classifier for FULL.
-  config.eval.tag_finetune_steps = 100
-  config.eval.tag_learning_rate = 1e-4
-  config.eval.tag_weight_decay = 0.01
-  config.eval.tag_items_per_step = 32  # Training movies (BoS-BERT: sentences) per step.
-  config.eval.tag_tags_per_step = 64  # Candidate tags encoded per step: the batch's known tags, then random ones.
-  config.eval.tag_vote_weighting = "votes"  # votes | log_votes: the weight of a known (movie, tag) pair.
-  # Bag-of-sentences baselines (bos search, bos_bert tags): sentences kept per movie, pooling of
-  # the pretrained encoder (mean | cls).
-  config.eval.bos_sentences_per_movie = 8
-  config.eval.bos_pooling = "mean"
+  # task (`finetune` below): f(t) for DUAL and HYBRID, a pair classifier for FULL. These settings are shared by
+  # every tag run (each sets its task in `tags` too).
+  config.tags = ml_collections.ConfigDict(dict(
+      finetune_steps=100, learning_rate=1e-4, weight_decay=0.01,
+      items_per_step=32,  # Training movies (BoS-BERT: sentences) per step.
+      tags_per_step=64,  # Candidate tags encoded per step: the batch's known tags, then random ones.
+      vote_weighting="votes",  # votes | log_votes: the weight of a known (movie, tag) pair.
+      sentences_per_movie=bos_sentences_per_movie, sentence_pooling=bos_pooling))  # items="sentences" (BoS-BERT).
 
   config.mesh = common.mesh()
 
@@ -160,15 +162,15 @@ SETTINGS = {"tag_curve": tag_curve}
 
 def tag_prediction(config: ml_collections.ConfigDict, scorer: str, label_set: str, vocabulary_fraction: float, *,
                    items: str = "entities", report_as: str = "{model}", common_heldout_fraction: float = 0.0) -> dict:
-  """A tag-prediction fine-tuning run; its budget and optimizer follow `config.eval.tag_*`."""
-  evaluation = config.eval
+  """A tag-prediction fine-tuning run; its budget and optimizer follow `config.tags`."""
+  tags = config.tags
   return dict(
       objective="tag_finetuning",
       tags=dict(scorer=scorer, label_set=label_set, vocabulary_fraction=vocabulary_fraction, items=items,
                 common_heldout_fraction=common_heldout_fraction),
-      optim=dict(learning_rate=evaluation.get_ref("tag_learning_rate"), warmup_steps=0,
-                 weight_decay=evaluation.get_ref("tag_weight_decay"), lr_multipliers=()),
-      train=dict(num_steps=evaluation.get_ref("tag_finetune_steps"), log_every_steps=25, checkpoint_every_steps=50),
+      optim=dict(learning_rate=tags.get_ref("learning_rate"), warmup_steps=0,
+                 weight_decay=tags.get_ref("weight_decay"), lr_multipliers=()),
+      train=dict(num_steps=tags.get_ref("finetune_steps"), log_every_steps=25, checkpoint_every_steps=50),
       evals=dict(tags=common.evaluator("tag_prediction", report_as=report_as)),
       finetune={},
   )

@@ -47,10 +47,9 @@ def pair_classifier_training(num_steps) -> dict:
   (F1 0 on Abt-Buy), so the head learns 20x faster."""
   return dict(
       optim=dict(learning_rate=5e-5, warmup_steps=num_steps // 20, lr_multipliers=(("^head/", 20.0),)),
-      train=dict(num_steps=num_steps, log_every_steps=25, checkpoint_every_steps=50),
+      train=dict(num_steps=num_steps, log_every_steps=25, checkpoint_every_steps=50, best_metric="validation/f1"),
       evals=dict(validation=common.evaluator("pair_matching", split="validation", every_steps=50),
                  test=common.evaluator("pair_matching", split="test")),
-      eval=dict(best_metric="validation/f1"),
       finetune={},
   )
 
@@ -75,7 +74,7 @@ def get_config(arg: str = "abt_buy") -> ml_collections.ConfigDict:
   config.name = "supcon"
   config.seed = 0
   config.num_seeds = 1  # N > 1: each trained run again with seeds seed+1 .. seed+N-1; <model>@seeds: mean, std.
-  config.model_init = ""  # A run to start from: a model of this config, or any finished run's workdir.
+  config.model_init = ""  # A run to start from (its reported params): a run directory, or a run of this config.
 
   # Offers are serialized name first, so truncation to max_len cuts long descriptions, not names.
   config.data = common.data(DATASETS.get(arg, arg), max_len=64)
@@ -97,7 +96,6 @@ def get_config(arg: str = "abt_buy") -> ml_collections.ConfigDict:
   config.train = common.training(global_batch_size=32, num_steps=200, log_every_steps=20,
                                  checkpoint_every_steps=100)
 
-  config.eval = common.evaluation(batch_size=128)
   # The frozen encoder's pair classifier: a logistic regression on [u, v, |u - v|, u * v], C chosen on validation F1.
   probe = common.evaluator("pair_probe", c_values=(0.01, 0.1, 1.0, 10.0, 100.0))
   config.evals = ml_collections.ConfigDict(dict(frozen=dict(probe, report_as="supcon_frozen")))
@@ -178,7 +176,7 @@ def _paper_classifier(epochs: int, epoch: int, *, frozen: bool) -> dict:
     stage["optim"]["lr_multipliers"] = ()
   stage["train"].update(global_batch_size=64, checkpoint_every_steps=epoch)
   stage["evals"]["validation"]["every_steps"] = epoch
-  stage["eval"] = dict(best_metric="validation/loss", best_mode="min")
+  stage["train"].update(best_metric="validation/loss", best_mode="min")
   return stage
 
 

@@ -42,9 +42,7 @@ def get_config(arg: str = "multitask") -> ml_collections.ConfigDict:
 
   config.optim = common.optimizer(learning_rate=2e-5, warmup_steps=30)
   config.train = common.training(global_batch_size=32, num_steps=300, log_every_steps=25,
-                                 checkpoint_every_steps=100)
-
-  config.eval = common.evaluation(batch_size=128, best_metric="validation/accuracy")
+                                 checkpoint_every_steps=100, best_metric="validation/accuracy")
   # What every model reports: held-out accuracy of its tasks (model selection), analogies and phrase similarity
   # (both read from data.manual_dir: analogy/questions-*.txt, ppdb/ppdb-sample.tsv).
   model_evals = dict(validation=common.evaluator("pair_tasks", split="validation", max_pairs=1000, every_steps=100),
@@ -60,7 +58,7 @@ def get_config(arg: str = "multitask") -> ml_collections.ConfigDict:
       "universal_nli": {"data": {"task_ratio": {"phrase": 0.0}}, "evals": model_evals},
       "universal_phrase": {"data": {"task_ratio": {"nli": 0.0}}, "evals": model_evals},
       # The pretrained encoder as shipped (its task heads untrained, so no pair_tasks).
-      "pretrained": {"train": {"num_steps": 0}, "eval": {"best_metric": ""},
+      "pretrained": {"train": {"num_steps": 0, "best_metric": ""},
                      "evals": {name: model_evals[name] for name in ("analogies", "phrase_similarity")}},
   })
   return config
@@ -94,7 +92,6 @@ def faq_config(source: str) -> ml_collections.ConfigDict:
   config.train = common.training(global_batch_size=16, num_steps=60, log_every_steps=20,
                                  checkpoint_every_steps=30)
 
-  config.eval = common.evaluation(batch_size=128)
   model_evals = dict(test=common.evaluator("faq_retrieval", split="test"))
   config.evals = ml_collections.ConfigDict(dict(
       **model_evals, tfidf=common.baseline("faq_retrieval", "tfidf", scorer="tfidf"),

@@ -126,7 +126,7 @@ class BestParams:
 
   def __init__(self, directory: str | epath.PathLike, metric: str, mode: str):
     if mode not in ("max", "min"):
-      raise ValueError(f"config.eval.best_mode must be 'max' or 'min'; got {mode!r}.")
+      raise ValueError(f"config.train.best_mode must be 'max' or 'min'; got {mode!r}.")
     self.metric = metric
     self.manager = ocp.CheckpointManager(
         outputs.as_path(directory),
@@ -137,7 +137,7 @@ class BestParams:
   def offer(self, step: int, params: Any, metrics: dict[str, float]) -> None:
     """Saves `params` as step `step` with its metrics; Orbax keeps it only if it is the best."""
     if self.metric not in metrics:
-      raise ValueError(f"config.eval.best_metric {self.metric!r} is not among the periodic evaluations' metrics: "
+      raise ValueError(f"config.train.best_metric {self.metric!r} is not among the periodic evaluations' metrics: "
                        f"{sorted(metrics)}.")
     if step in self.manager.all_steps():  # Evaluated before a restart.
       return

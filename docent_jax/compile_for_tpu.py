@@ -10,9 +10,9 @@ the data would give (entities, relations) come from `DATASET_SHAPES` by `config.
 `shapes` block, or --num_entities / --num_relations, each over the one before.
 
 Compiled: the training step (`train_step`), one evaluation batch of texts encoded (`encode`, at
-`eval.batch_size`), where the model has an entity set the exact top-k search over it (`search_top_k`), and for
-BLP the evaluator's filtered ranking of one batch of queries against every entity (`block_ranking`, at
-`eval.link_prediction_batch_size`). The entity softmax is part of the step (DOCENT's full softmax).
+`model.inference_batch_size`), where the model has an entity set the exact top-k search over it (`search_top_k`),
+and for BLP the evaluator's filtered ranking of one batch of queries against every entity (`block_ranking`, at
+the link prediction entries' largest `query_batch_size`). The entity softmax is part of the step (DOCENT's full softmax).
 The report (JSON) holds per compiled function: `hbm_bytes_per_device` (arguments + outputs + temporaries -
 aliased), `hbm_capacity_bytes`, `fits`, `flops` and `bytes_accessed` per device and step,
 `step_seconds_lower_bound` (the larger of FLOPs at the chip's peak bf16 rate and bytes at its HBM bandwidth: no
@@ -312,7 +312,7 @@ def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, sh
         needs, config.train.global_batch_size, multiple, chip.hbm_bytes, limit=batch_compiles)
     train_step["batches_tried"] = {str(batch): needed for batch, needed in sorted(measured.items())}
   functions = {"train_step": train_step}
-  eval_batch = config.eval.batch_size
+  eval_batch = config.model.inference_batch_size
   params = trainers.Trainer(config, "unused", objective=objective).abstract_state().params
   started = time.time()
   functions["encode"] = {**compiled_report(lambda: compile_encode(objective, params, eval_batch), chip),
@@ -324,7 +324,8 @@ def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, sh
                                  "compile_seconds": round(time.time() - started, 1),
                                  "num_entities": shapes["num_entities"], "queries": _SEARCH_QUERIES}
   if isinstance(objective, blp.BlpObjective):
-    queries = config.eval.link_prediction_batch_size
+    queries = max(entry.get("query_batch_size", link_prediction.QUERY_BATCH_SIZE) for entry in config.evals.values()
+                  if entry.get("type") == "link_prediction")
     started = time.time()
     functions["block_ranking"] = {
         **compiled_report(lambda: link_prediction.lowered_ranking(

@@ -1,8 +1,11 @@
 """The one place a config's values are checked, before anything is read, built or trained.
 
 `check_config` rejects a value no run can use, naming its key: each numeric key with a valid range (wherever
-it appears in a run's config), what the mesh and the process count require of batch sizes, and the rules an
-objective adds (`Objective.config_rules`). `unknown_override_keys` names `--config.KEY=...` overrides that the
+it appears in a run's config), the valid values of `model.dtype`, what the mesh and the process count require of
+batch sizes, a best metric that nothing reports, and the rules an objective adds (`Objective.config_rules`).
+Types are not checked here: a config field keeps the type it was created with, and ml_collections refuses a value
+of another (`--config.data.num_workers=1.5`); ranges and valid values are what neither its typed fields nor a
+dataclass's annotations can say. `unknown_override_keys` names `--config.KEY=...` overrides that the
 config lacks, with the nearest valid keys.
 """
 from collections.abc import Callable, Iterable, Sequence
@@ -69,15 +72,17 @@ RANGES: tuple[Rule, ...] = tuple((pattern, *check) for pattern, check in (
     ("model.entity_rows_multiple", at_least(1)),
     ("model.bert.*_size", at_least(1)),
     ("model.bert.num_*", at_least(1)),
-    ("eval.*batch_size", at_least(1)),
-    ("eval.tag_learning_rate", positive),
-    ("eval.tag_finetune_steps", at_least(0)),
-    ("eval.tag_items_per_step", at_least(1)),
-    ("eval.tag_tags_per_step", at_least(1)),
-    ("eval.tag_weight_decay", at_least(0)),
-    ("eval.bos_sentences_per_movie", at_least(1)),
+    ("model.inference_batch_size", at_least(1)),
+    ("tags.learning_rate", positive),
+    ("tags.finetune_steps", at_least(0)),
+    ("tags.items_per_step", at_least(1)),
+    ("tags.tags_per_step", at_least(1)),
+    ("tags.weight_decay", at_least(0)),
+    ("tags.sentences_per_movie", at_least(1)),
     ("evals.*.every_steps", at_least(0)),
     ("evals.*.max_pairs", at_least(1)),
+    ("evals.*.query_batch_size", at_least(1)),
+    ("evals.*.sentences_per_movie", at_least(1)),
     ("tags.vocabulary_fraction", open_fraction),
 ))
 
@@ -112,9 +117,14 @@ def check_config(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, row
     if not ok:
       raise ConfigError(f"config.{key} = {value!r}: {message}.")
   train, data_shards = config.train, mesh.shape[parallel.DATA_AXIS]
+  if (train.get("best_metric") and train.num_steps > 0
+      and not any(entry.get("every_steps", 0) for entry in config.get("evals", {}).values())):
+    raise ConfigError(f"config.train.best_metric = {train.best_metric!r}: no evaluator runs during training to "
+                      "report it; give its entry in config.evals every_steps > 0, or set train.best_metric to '' "
+                      "(report the last step).")
   batch_sizes = [("train.global_batch_size", train.global_batch_size, rows_per_example)]
-  if "batch_size" in config.get("eval", {}):
-    batch_sizes.append(("eval.batch_size", config.eval.batch_size, 1))
+  if "inference_batch_size" in config.model:
+    batch_sizes.append(("model.inference_batch_size", config.model.inference_batch_size, 1))
   for key, value, rows in batch_sizes:
     shards = f"must split evenly over the mesh's {data_shards} data shards"
     shards += f" ({rows} rows each)" if rows > 1 else ""
@@ -122,10 +132,6 @@ def check_config(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, row
   processes = jax.process_count()
   checks.append(("train.global_batch_size", train.global_batch_size, train.global_batch_size % processes == 0,
                  f"must split evenly over the {processes} processes"))
-  for key in ("num_workers", "prefetch"):
-    value = config.get("data", {}).get(key, 0)
-    checks.append((f"data.{key}", value, isinstance(value, int) and not isinstance(value, bool),
-                   "must be an integer, 0 or more"))
   if "dtype" in config.get("model", {}):
     dtype = config.model.dtype
     checks.append(("model.dtype", dtype, dtype in MODEL_DTYPES, f"valid: {list(MODEL_DTYPES)}"))

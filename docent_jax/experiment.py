@@ -4,8 +4,8 @@
 (`WORKDIR/<model>`, `run_dir.RunDir`): the main model, each of `config.baselines` (the same config with a few
 values changed), and each fine-tuning stage of `config.finetune`, which starts from the params of the model it
 fine-tunes (`model_init`). `WORKDIR/results.json` gets `<model>/<split>/<metric>`, and for a model run over seeds
-(`num_seeds`: `<model>_seed<N>`) the mean and standard deviation as `<model>@seeds/...`. With `model_init` naming
-another workdir's run and nothing to train, the config's evaluators score that run's model (transfer).
+(`num_seeds`: `<model>_seed<N>`) the mean and standard deviation as `<model>@seeds/...`. `evaluate(...,
+trained_run=DIR)` trains nothing: the config's evaluators score that run's model on the config's data (transfer).
 """
 from collections.abc import Callable, Sequence
 import re
@@ -154,12 +154,9 @@ def selected_runs(runs: list[ml_collections.ConfigDict], names: Sequence[str]) -
 
 
 def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, train: bool, force: bool = False,
-         take_over_other_hosts: bool = False, runs: Sequence[str] = ()) -> dict[str, float]:
+         take_over_other_hosts: bool = False, runs: Sequence[str] = (), trained_run: str = "") -> dict[str, float]:
   workdir = run_dirs.Workdir(workdir)
-  runs = selected_runs(model_configs(config), runs)
-  transfer = not train and config.get("model_init") and config.model_init not in {run.name for run in runs}
-  if transfer:
-    runs = [_transfer_config(config)]
+  runs = [_transfer_config(config, trained_run)] if trained_run else selected_runs(model_configs(config), runs)
   for run_config in runs:  # Every run's values, before anything is read, built or trained.
     objective_class = methods.objective_class(run_config.objective)
     try:
@@ -174,21 +171,20 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
     started = time.time()
     try:
       trainer = trainers.Trainer(run_config, workdir.run(run_config.name))
-      parent = (_model_init(run_config.model_init, reported, trainer.mesh) if run_config.get("model_init")
-                else None)
-      if parent is not None and not transfer:
+      if trained_run:  # That run's own model, evaluated on this config's data.
+        model, computed = _load_run(trained_run, reported, trainer.mesh), {}
+      elif run_config.get("model_init"):
+        parent = _load_run(run_config.model_init, reported, trainer.mesh)
         check_same_encoder(parent, run_config)
         trainer.objective.start_from(parent)
     except objective_base.SkipRun as reason:
       logging.warning("%s: skipped: %s", run_config.name, reason)
       continue
     forced_step = None
-    if transfer:  # The trained run's own model, evaluated on this config's data.
-      model, computed = parent, {}
-    elif train:
+    if train:
       params, computed = trainer.train(take_over_other_hosts)
       model = trainer.objective.model(params)
-    else:
+    elif not trained_run:
       (params, forced_step), computed = trainer.restore_params(force), {}
       model = trainer.objective.model(params)
     reported[run_config.name] = model
@@ -207,18 +203,18 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
   return results
 
 
-def _transfer_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """The config of evaluating another run (`model_init`, a run directory) on this config's data: the config's run
+def _transfer_config(config: ml_collections.ConfigDict, trained_run: str) -> ml_collections.ConfigDict:
+  """The config of evaluating another run (`trained_run`, a run directory) on this config's data: the config's run
   of the same objective (else its main model), without baselines and stages, named after the trained run,
   `<its workdir>.<its model>` (e.g. default.blp_transe). Its evaluators, baseline ones left out, score the loaded
   model."""
-  parent = run_dirs.RunDir(config.model_init)
+  parent = run_dirs.RunDir(trained_run)
   objective = parent.recorded_config().objective
   runs = model_configs(config)
   same_objective = [run for run in runs if run.objective == objective]
   transfer = ml_collections.ConfigDict((same_objective[0] if same_objective else config).to_dict())
   transfer.name = f"{parent.workdir.name}.{parent.name}"
-  transfer.model_init = config.model_init
+  transfer.model_init = ""
   transfer.baselines, transfer.finetune = {}, {}
   # The model's evaluators, reported under the transfer's name; untrained baselines are the config's own.
   transfer.evals = {name: {key: value for key, value in entry.items() if key != "report_as"}
@@ -229,14 +225,14 @@ def _transfer_config(config: ml_collections.ConfigDict) -> ml_collections.Config
   return transfer
 
 
-def _model_init(model_init: str, reported: dict[str, protocol.Model], mesh: Mesh) -> protocol.Model:
-  """The model of the run a run starts from: a run of this config, or any run's directory (its reported params;
-  those of an unfinished run with a warning), on `mesh`. A directory that loads without its data
-  (`docent_jax.load`) is loaded; one trained before runs recorded what loading needs is rebuilt from its config and
-  data."""
-  if model_init in reported:
-    return reported[model_init]
-  parent_dir = run_dirs.RunDir(model_init)
+def _load_run(run: str, reported: dict[str, protocol.Model], mesh: Mesh) -> protocol.Model:
+  """The model of a run (one a run starts from, `model_init`, or one evaluated, `trained_run`): a run of this config
+  by name, or any run's directory (its reported params; those of an unfinished run with a warning), on `mesh`. A
+  directory that loads without its data (`docent_jax.load`) is loaded; one trained before runs recorded what loading
+  needs is rebuilt from its config and data."""
+  if run in reported:
+    return reported[run]
+  parent_dir = run_dirs.RunDir(run)
   if parent_dir.has_model_record():
     return inference_model.load(parent_dir, mesh)
   parent = trainers.Trainer(parent_dir.recorded_config(), parent_dir)
@@ -256,11 +252,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | epath.P
 
 
 def evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, force: bool = False,
-             runs: Sequence[str] = ()) -> dict[str, float]:
+             runs: Sequence[str] = (), trained_run: str = "") -> dict[str, float]:
   """Recomputes the evaluation of the params each run reported (the best where the config selects them),
   training nothing. A run that never finished, or whose best params are missing, is refused unless `force`;
-  forced results carry `<model>/forced/step`."""
-  return _run(config, workdir, train=False, force=force, runs=runs)
+  forced results carry `<model>/forced/step`.
+
+  `trained_run`: a run directory of any workdir, evaluated instead of the config's runs: its model, scored by the
+  config's evaluators on the config's data, reported as `<its workdir>.<its model>` (see `_transfer_config`)."""
+  if trained_run and runs:
+    raise config_schema.ConfigError("--runs picks among the config's own runs; --trained_run evaluates another run "
+                                    "instead of them. Give one of the two.")
+  return _run(config, workdir, train=False, force=force, runs=runs, trained_run=trained_run)
 
 
 def _superseded_by(results: dict[str, float]) -> Callable[[str], bool]:

@@ -27,6 +27,9 @@ flags.DEFINE_enum("mode", "train", ["train", "evaluate"],
                   "train: train (or resume) and evaluate; evaluate: evaluate the checkpoints only, training nothing.")
 flags.DEFINE_bool("force", False, "--mode=evaluate: evaluate a run that never finished, or whose best params are "
                   "missing, on the params it has; its results carry <model>/forced/step.")
+flags.DEFINE_string("trained_run", "", "--mode=evaluate: a run directory of any workdir (e.g. workdir/default/"
+                    "blp_transe) whose model the config's evaluators score on the config's data, instead of the "
+                    "config's own runs; reported as <its workdir>.<its model>.")
 flags.DEFINE_bool("resume_preempted", False, "The job that trained in this workdir is gone with its hosts (a "
                   "preempted TPU VM): take over the training locks it left on other hosts.")
 flags.DEFINE_list("runs", [], "Only these runs of the config (e.g. supcon,supcon_trained: a model and the stage it "
@@ -58,6 +61,8 @@ def _quiet_closed_event_loops_unraisable(unraisable, default=sys.unraisablehook)
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if FLAGS.trained_run and FLAGS.mode != "evaluate":
+    raise app.UsageError("--trained_run evaluates a trained run: it needs --mode=evaluate.")
   if not FLAGS.library_logs:
     sys.excepthook = _quiet_closed_event_loops
     sys.unraisablehook = _quiet_closed_event_loops_unraisable
@@ -75,7 +80,8 @@ def main(argv: list[str]) -> None:
       experiment.train_and_evaluate(FLAGS.config, FLAGS.workdir, take_over_other_hosts=FLAGS.resume_preempted,
                                runs=FLAGS.runs)
     else:
-      experiment.evaluate(FLAGS.config, FLAGS.workdir, force=FLAGS.force, runs=FLAGS.runs)
+      experiment.evaluate(FLAGS.config, FLAGS.workdir, force=FLAGS.force, runs=FLAGS.runs,
+                          trained_run=FLAGS.trained_run)
   except trainers.Preempted as stop:
     logging.error("%s", stop)
     sys.exit(cli.EXIT_TERMINATED)
@@ -91,9 +97,12 @@ def main(argv: list[str]) -> None:
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl's flag parsing; an override of a key the config lacks is one line naming the nearest valid keys."""
+  """absl's flag parsing; an override of a key the config lacks is one line naming the nearest valid keys, and one
+  of a value the key's type refuses (ml_collections keeps each field's type) is one line naming flag and value."""
   try:
     return FLAGS(argv)
+  except flags.IllegalFlagValueError as error:
+    sys.exit(str(error))
   except (AttributeError, KeyError):
     spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
     problems = spec and config_schema.unknown_override_keys(config_schema.load_config_file(spec), argv)

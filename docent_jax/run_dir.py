@@ -28,7 +28,7 @@ DATA_FILE = "data.json"  # The fingerprint of the data the run trained on.
 MODEL_FILE = "model.json"  # What loading the run needs besides config and params (entity ids and texts, ...).
 LOCK_FILE = "training.lock"  # Held by the process 0 of the job training in the run: {"host", "pid"}.
 CHECKPOINTS_DIR = "checkpoints"  # The train state's Orbax steps.
-BEST_DIR = "best"  # The best params by `eval.best_metric` (one Orbax step).
+BEST_DIR = "best"  # The best params by `train.best_metric` (one Orbax step).
 EVALUATIONS_FILE = "evaluations.jsonl"  # One line per periodic evaluation done: {"step", "evaluator", "metrics"}.
 ENTITY_VECTORS_FILE = "entity_vectors.npz"  # A loaded run's entity vectors, with what they were computed from.
 SEARCH_INDEX_DIR = "search_index"  # A loaded run's approximate search index.
@@ -38,14 +38,24 @@ EXPORTED_IDS_FILE = "entity_ids.txt"
 # Keys that may change between a run and its restart without changing what is trained: where it
 # runs (mesh), how it reads batches ahead (data.num_workers, data.prefetch), whether it recomputes activations
 # to save memory (model.remat) or cuts short rows to save time (model.short_half_width), how often it reports or
-# saves, how it evaluates (`eval`, `evals`), and which other runs share its workdir (`baselines`, `finetune`).
+# saves, how it evaluates (`evals`, `model.inference_batch_size`), and which other runs share its workdir
+# (`baselines`, `finetune`).
 RESTART_SAFE_KEYS = ("mesh", "data.num_workers", "data.prefetch", "model.remat", "model.short_half_width",
-                     "train.log_every_steps", "train.checkpoint_every_steps", "train.keep_checkpoints", "eval", "evals",
-                     "baselines", "finetune", "num_seeds")
+                     "model.inference_batch_size", "train.log_every_steps", "train.checkpoint_every_steps",
+                     "train.keep_checkpoints", "evals", "baselines", "finetune", "num_seeds")
 # Keys added to the configs after runs were recorded, each with the value that trains as the runs before it
 # did: a recorded config without the key reads as having that value, so that those runs still resume.
 ADDED_KEYS = {"optim.schedule": "linear", "data.drop_stopwords": False, "data.setting": "inductive",
               "model.entity_rows_multiple": 1, "data.train_entity_fraction": 1.0}
+# Keys of the former `eval` block, by their names now; a recorded config reads with them renamed, so that its run
+# still loads and resumes. The block's other keys were evaluator settings, now `evals` options.
+RENAMED_KEYS = {"eval.batch_size": "model.inference_batch_size", "eval.best_metric": "train.best_metric",
+                "eval.best_mode": "train.best_mode", "eval.search_min_votes": "data.search_min_votes",
+                "eval.tag_vote_threshold": "data.tag_vote_threshold", "eval.tag_finetune_steps": "tags.finetune_steps",
+                "eval.tag_learning_rate": "tags.learning_rate", "eval.tag_weight_decay": "tags.weight_decay",
+                "eval.tag_items_per_step": "tags.items_per_step", "eval.tag_tags_per_step": "tags.tags_per_step",
+                "eval.tag_vote_weighting": "tags.vote_weighting",
+                "eval.bos_sentences_per_movie": "tags.sentences_per_movie", "eval.bos_pooling": "tags.sentence_pooling"}
 
 
 class ConfigMismatchError(RuntimeError):
@@ -111,14 +121,15 @@ class RunDir(_Directory):
     path = self.path / CONFIG_FILE
     if not path.exists():
       raise FileNotFoundError(f"{path} does not exist: {self.path} holds no run.")
-    return ml_collections.ConfigDict(outputs.read_json(path))
+    return ml_collections.ConfigDict(_with_renamed_keys(outputs.read_json(path)))
 
   def record_config(self, config: ml_collections.ConfigDict) -> None:
     """Records the config in a new run directory; refuses (`ConfigMismatchError`) one whose recorded config differs
     in a key that changes what is trained, touching nothing, so that the earlier run's checkpoints stay."""
     current = json.loads(config.to_json_best_effort(sort_keys=True))
-    changes = lambda recorded: sorted(_differing_keys(_without_restart_safe_keys(_with_added_keys(recorded, current)),
-                                                      _without_restart_safe_keys(current)))
+    changes = lambda recorded: sorted(_differing_keys(
+        _without_restart_safe_keys(_with_added_keys(_with_renamed_keys(recorded), current)),
+        _without_restart_safe_keys(current)))
     self._record_or_check(CONFIG_FILE, current, changes, lambda keys: ConfigMismatchError(
         f"{self.path} holds a run of a different config (differing keys: {', '.join(keys)}). "
         "Use a new --workdir, or restart with the recorded config."))
@@ -224,7 +235,7 @@ class RunDir(_Directory):
     return bool(self.saved_steps())
 
   def reported_step(self) -> tuple[int, bool] | None:
-    """The step of the params the run reports and whether they are its best params (kept by `eval.best_metric`)
+    """The step of the params the run reports and whether they are its best params (kept by `train.best_metric`)
     rather than its latest step's; None when it saved none."""
     best = checkpoints.saved_steps(self.path / BEST_DIR)
     if best:
@@ -306,6 +317,21 @@ def _parent_block(config: dict, dotted: str) -> tuple[dict | None, str]:
   for key in parents:
     config = config.get(key) if isinstance(config, dict) else None
   return (config if isinstance(config, dict) else None), leaf
+
+
+def _with_renamed_keys(recorded: dict) -> dict:
+  """`recorded` with the keys of `RENAMED_KEYS` under their names now, and without the former `eval` block."""
+  recorded = json.loads(json.dumps(recorded))
+  old_block = recorded.pop("eval", {})
+  for old, new in RENAMED_KEYS.items():
+    leaf = old.split(".", 1)[1]
+    if leaf in old_block:
+      *parents, new_leaf = new.split(".")
+      block = recorded
+      for key in parents:
+        block = block.setdefault(key, {})
+      block.setdefault(new_leaf, old_block[leaf])
+  return recorded
 
 
 def _with_added_keys(recorded: dict, current: dict) -> dict:

@@ -2,17 +2,17 @@
 
 `Trainer(config, run_dir)` builds the objective's sharded state on the config's mesh, trains it to
 `train.num_steps` (resuming from the run's last checkpoint), runs the evaluators of `config.evals` that have
-`every_steps` and keeps the best params by `eval.best_metric`; at the end every evaluator runs on the reported
+`every_steps` and keeps the best params by `train.best_metric`; at the end every evaluator runs on the reported
 params (the best, else the last). Which runs a config has, and results.json, are `experiment`'s.
 """
 import collections
 import contextlib
 import signal
-import time
 from typing import Any, Iterator
 
 from absl import logging
 from clu import metric_writers
+from clu import periodic_actions
 from etils import epath
 import flax
 from flax import traverse_util
@@ -120,7 +120,7 @@ def inherit_params(params: Any, parent_params: Any, encoder_path: tuple[str, ...
 # Metrics the console shows (`<split>/<metric>`); TensorBoard and results.json get every one.
 HEADLINE_METRICS = ("mrr", "hits@10", "search_mrr", "classification_accuracy", "accuracy", "f1", "auc", "map",
                     "top1", "spearman", "ndcg@10")
-_CONSOLE_SECONDS = 30.0  # A training step's line reaches the console at most this often.
+_PROGRESS_SECONDS = 30.0  # Steps/s, ETA and a step's loss reach the log (and steps/s TensorBoard) this often.
 
 
 def is_headline(key: str) -> bool:
@@ -208,10 +208,8 @@ class Trainer:
                                                 asynchronous=False)
 
   def _best_params(self) -> checkpoints.BestParams | None:
-    metric = self.config.eval.get("best_metric", "")
-    if not metric:
-      return None
-    return self.run_dir.best_params(metric, self.config.eval.get("best_mode", "max"))
+    train = self.config.train
+    return self.run_dir.best_params(train.best_metric, train.best_mode) if train.best_metric else None
 
   def evaluate(self, model: protocol.Model, specs: list[evaluators.EvalSpec]) -> dict[str, dict[str, float]]:
     """Per evaluator name, its `<split>/<metric>` numbers for `model` on this run's data."""
@@ -235,7 +233,7 @@ class Trainer:
   def train(self, take_over_other_hosts: bool = False) -> tuple[Any, dict[str, dict[str, float]]]:
     """Trains (or resumes) to `train.num_steps`, holding the run's training lock.
 
-    Returns the params to report (the best by `eval.best_metric` when set, else the last) and the
+    Returns the params to report (the best by `train.best_metric` when set, else the last) and the
     evaluations already computed on them (at the last step), so that they are not computed twice.
     SIGTERM (a Spot VM's or a scheduler's notice) saves the current step and raises `Preempted`.
     """
@@ -274,8 +272,9 @@ class Trainer:
                    config.name, start, ", ".join(spec.name for spec in owed))
       last_metrics = self._evaluate_periodic(start, state, owed, writer, best, log)
     logging.info("%s: training from step %d to %d on mesh %s.", config.name, start, num_steps, dict(self.mesh.shape))
-    timer = (time.time(), start)
-    console_line = 0.0  # When the console last got a step's line: the first logged step always does.
+    # CLU: steps/s to TensorBoard, and steps/s, ETA and the time share of evaluation to the log.
+    progress = periodic_actions.ReportProgress(num_train_steps=num_steps, writer=writer, every_secs=_PROGRESS_SECONDS)
+    progress(start)  # Measures from here.
     with _termination_notice() as terminated:
       for step in range(start + 1, num_steps + 1):
         batch = parallel.global_batch(next(batches), self.mesh, self.objective.shared_batch_keys)
@@ -293,15 +292,9 @@ class Trainer:
             raise FloatingPointError(f"{config.name} step {step}: non-finite {', '.join(bad)}; stopped before saving "
                                      "this state (lower optim.learning_rate, or check the data).")
           if step % config.train.log_every_steps == 0 or step == num_steps:
-            seconds = time.time() - timer[0]
-            metrics["steps_per_sec"] = (step - timer[1]) / max(seconds, 1e-9)
-            timer = (time.time(), step)
             writer.write_scalars(step, metrics)
-            if step == num_steps or time.time() - console_line >= _CONSOLE_SECONDS:  # TensorBoard gets every one.
-              console_line = time.time()
-              eta = (num_steps - step) / metrics["steps_per_sec"]
-              logging.info("%s step %d/%d: loss %.4f, %.2f steps/s, ETA %s", config.name, step, num_steps,
-                           float(metrics["loss"]), metrics["steps_per_sec"], format_duration(eta))
+        if progress(step):
+          logging.info("%s step %d/%d: loss %.4f", config.name, step, num_steps, float(jax.device_get(metrics["loss"])))
         checkpointer.save(step, state, batches, force=step == num_steps or stopping)
         if stopping:
           checkpointer.wait_until_finished()
@@ -313,8 +306,8 @@ class Trainer:
         due = [spec for spec in periodic if spec.due(step, num_steps)]
         if due:
           checkpointer.wait_until_finished()
-          last_metrics = self._evaluate_periodic(step, state, due, writer, best, log)
-          timer = (time.time(), step)  # Steps/s and ETA count training only.
+          with progress.timed("evaluation", wait_jax_async_dispatch=False):
+            last_metrics = self._evaluate_periodic(step, state, due, writer, best, log)
     if latest is None and num_steps == 0:
       # Nothing to train: the initial state still serves --mode=evaluate and later stages.
       checkpointer.save(0, state, batches, force=True)
@@ -323,7 +316,7 @@ class Trainer:
     writer.flush()
     step, is_best = self.run_dir.reported_step()
     if best is not None and not is_best and num_steps > 0:
-      raise ValueError(f"config.eval.best_metric {best.metric!r}: no periodic evaluation reported it "
+      raise ValueError(f"config.train.best_metric {best.metric!r}: no periodic evaluation reported it "
                        f"(evals with every_steps > 0: {[s.name for s in periodic]}).")
     is_best = is_best and best is not None
     if is_best:

@@ -72,5 +72,5 @@ def tiny_config(kg_dir: pathlib.Path, tfds_dir: pathlib.Path) -> ml_collections.
                                 eval_batch_size=16)
   config.model.dim = 16
   config.loss.num_negatives = 8
-  config.eval.link_prediction_batch_size = 16
+  config.evals.validation.query_batch_size = 16  # And the test entry's: one reference.
   return config

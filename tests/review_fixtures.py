@@ -31,9 +31,9 @@ def write_tiny_reviews(directory: pathlib.Path) -> pathlib.Path:
 def tiny_config(reviews_dir, tfds_dir, negatives="in_batch", variant="dual"):
   config = tiny_training.shrink(docent.get_config(f"{variant},{reviews_dir}"), tfds_dir, max_len=24)
   config.loss.negatives = negatives
-  config.eval.tag_finetune_steps = 8
-  config.eval.tag_learning_rate = 1e-3
-  config.eval.tag_items_per_step = 8  # Rows split over the 8 test devices.
-  config.eval.tag_tags_per_step = 2  # Below the 4 tags: candidates are sampled.
-  config.eval.bos_sentences_per_movie = 2
+  config.tags.finetune_steps = 8
+  config.tags.learning_rate = 1e-3
+  config.tags.items_per_step = 8  # Rows split over the 8 test devices.
+  config.tags.tags_per_step = 2  # Below the 4 tags: candidates are sampled.
+  config.tags.sentences_per_movie = 2  # And the bos search baseline's: one reference.
   return config

@@ -89,13 +89,13 @@ def test_blps_step_on_a_v4_8_is_data_parallel_and_the_report_holds_every_figure(
   assert result["functions"]["search_top_k"]["fits"]
   # An evaluation batch of descriptions encoded: split over the chips, and only the vectors gathered at the end.
   encode = result["functions"]["encode"]
-  assert encode["fits"] and encode["flops"] > 0 and encode["batch_size"] == config.eval.batch_size
+  assert encode["fits"] and encode["flops"] > 0 and encode["batch_size"] == config.model.inference_batch_size
   assert [c["op"] for c in encode["collectives"]] == ["all-gather"], encode["collectives"]
-  assert [math.prod(shape) for shape in _gathered(encode)] == [config.eval.batch_size * config.model.dim]
+  assert [math.prod(shape) for shape in _gathered(encode)] == [config.model.inference_batch_size * config.model.dim]
   # The evaluator's ranking: 50 entities padded to split over the 4 chips, each chip ranking its own rows; only
   # the counts are summed, nothing is gathered.
   ranking = result["functions"]["block_ranking"]
-  assert ranking["fits"] and ranking["flops"] > 0 and ranking["queries"] == config.eval.link_prediction_batch_size
+  assert ranking["fits"] and ranking["flops"] > 0 and ranking["queries"] == config.evals.test.query_batch_size
   assert {c["op"] for c in ranking["collectives"]} == {"all-reduce"}, ranking["collectives"]
 
 

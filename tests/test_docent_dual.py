@@ -141,7 +141,7 @@ def test_a_query_file_runs_through_the_configs_search_evaluators(docent_dual_run
   queries = tmp_path / "queries.jsonl"
   queries.write_text("".join(json.dumps(query) + "\n" for query in _QUERIES))
   config = tiny_config(reviews_dir, reviews_tfds_dir)
-  config.eval.search_queries = str(queries)
+  config.evals.search.queries = str(queries)
   trainer = trainers.Trainer(config, tmp_path / "evaluation")
   results = trainer.report(docent_jax.load(workdir / "docent_dual"), {})
   for model in ("docent_dual", "bm25", "bos"):

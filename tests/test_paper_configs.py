@@ -26,7 +26,7 @@ def test_blp_paper_setting_has_the_papers_values(dataset, triples):
   assert config.data.max_len == 32 and config.model.dim == 128
   assert config.model.bert.hidden_size == 768 and config.model.bert.num_hidden_layers == 12
   # Model selection: validation MRR once an epoch, the best checkpoint reported.
-  assert config.evals.validation.every_steps == epoch and config.eval.best_metric == "validation/mrr"
+  assert config.evals.validation.every_steps == epoch and config.train.best_metric == "validation/mrr"
   # The tokenizer follows the encoder's directory.
   config.model.pretrained = "/models/bert-base-cased"
   assert config.model.tokenizer == "/models/bert-base-cased"
@@ -44,7 +44,7 @@ def test_blp_bebow_paper_setting_has_the_released_scripts_values(dataset, triple
   optim = config.optim
   assert (optim.learning_rate, optim.warmup_steps, optim.schedule) == (1e-4, 0, "constant")
   assert optim.grad_clip_norm == 0.0 and optim.weight_decay == 0.0
-  assert config.evals.validation.every_steps == epoch and config.eval.best_metric == "validation/mrr"
+  assert config.evals.validation.every_steps == epoch and config.train.best_metric == "validation/mrr"
   config.model.pretrained = "minilm-l6"
   assert config.model.tokenizer == "minilm-l6"
 
@@ -63,7 +63,7 @@ def test_supcon_paper_setting_has_the_papers_values():
   assert fine_tuning.train.num_steps == 50 * epoch and fine_tuning.train.global_batch_size == 64
   assert fine_tuning.optim.learning_rate == 5e-5 and fine_tuning.optim.lr_multipliers == ()
   assert fine_tuning.evals.validation.every_steps == epoch
-  assert (fine_tuning.eval.best_metric, fine_tuning.eval.best_mode) == ("validation/loss", "min")
+  assert (fine_tuning.train.best_metric, fine_tuning.train.best_mode) == ("validation/loss", "min")
   # R-SupCon (F): a fresh classification layer on the frozen encoder, 5 epochs.
   head = config.finetune.head
   assert head.objective == "pair_matching" and head.model.freeze_encoder and head.model.head_init == "fresh"

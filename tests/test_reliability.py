@@ -59,7 +59,7 @@ def test_a_blp_run_with_model_init_starts_from_the_parents_params(kg_dir, tfds_d
   child_config.model_init = str(parent_dir / "blp_transe")
   child_config.seed = 7  # Another fresh initialisation: whatever matches it came from the parent.
   child = trainers.Trainer(child_config, "unused")
-  child.objective.start_from(experiment._model_init(child_config.model_init, {}, child.mesh))
+  child.objective.start_from(experiment._load_run(child_config.model_init, {}, child.mesh))
   start = child.initial_state().params
   for (path, got), want in zip(jax.tree_util.tree_flatten_with_path(start)[0], jax.tree.leaves(parent_params)):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=jax.tree_util.keystr(path))
@@ -71,6 +71,17 @@ def test_a_blp_run_with_model_init_starts_from_the_parents_params(kg_dir, tfds_d
   initial_loss = _first_batch_loss(child, start)
   assert initial_loss == pytest.approx(_first_batch_loss(child, parent_params), abs=1e-6)
   assert abs(initial_loss - _first_batch_loss(fresh, fresh.initial_state().params)) > 1e-3
+
+
+def test_evaluate_mode_evaluates_a_run_started_from_another_not_that_other_run(kg_dir, tfds_dir, parent, tmp_path):
+  parent_dir, parent_results = parent
+  child_config = _config(kg_dir, tfds_dir)
+  child_config.model_init = str(parent_dir / "blp_transe")  # Where it starts; what --mode=evaluate scores is the child.
+  child_config.train.num_steps = 2
+  trained = experiment.train_and_evaluate(child_config, tmp_path / "child")
+  evaluated = experiment.evaluate(child_config, tmp_path / "child")
+  assert evaluated == pytest.approx(trained, abs=1e-6) and set(evaluated) == set(trained)
+  assert evaluated["blp_transe/test/mrr"] != pytest.approx(parent_results["blp_transe/test/mrr"], abs=1e-6)
 
 
 def test_model_init_takes_the_encoder_wherever_the_parent_keeps_it_and_same_shaped_heads(kg_dir, tfds_dir, caplog):
@@ -166,7 +177,7 @@ def _main_command(kg_dir, tfds_dir, workdir) -> list[str]:
   values = {"data.tfds_data_dir": tfds_dir, "data.max_len": config.data.max_len, "model.pretrained": "",
             **{f"model.bert.{k}": v for k, v in config.model.bert.items()}, "model.dim": config.model.dim,
             "train.global_batch_size": 8, "train.num_steps": 4, "train.checkpoint_every_steps": 2,
-            "evals.validation.every_steps": 0, "eval.batch_size": 16}
+            "evals.validation.every_steps": 0, "train.best_metric": "", "model.inference_batch_size": 16}
   return [sys.executable, "-m", "docent_jax.main", f"--config=configs/blp.py:{kg_dir}", f"--workdir={workdir}",
           *[f"--config.{k}={v}" for k, v in values.items()]]
 
@@ -189,6 +200,15 @@ def test_a_checkpoint_write_that_fails_is_one_error_naming_step_directory_and_ca
   assert [line for line in run.stderr.splitlines() if re.match(r"[EF]\d{4} ", line)] == errors
   assert "meta_path" not in run.stderr
   assert "Event loop is closed" not in run.stderr  # TensorStore's callbacks into Orbax's closed loop, once each.
+
+
+def test_an_override_of_the_wrong_type_is_one_line_naming_flag_and_value():
+  run = subprocess.run([sys.executable, "-m", "docent_jax.main", "--config=configs/default.py", "--workdir=unused",
+                        "--config.data.num_workers=1.5"], cwd=REPO_ROOT, capture_output=True, text=True,
+                       env=tiny_training.subprocess_env(1))
+  assert run.returncode == 1
+  assert run.stderr.strip().splitlines() == [
+      "flag --config.data.num_workers=1.5: invalid literal for int() with base 10: '1.5'"]
 
 
 def test_an_unknown_override_key_names_the_nearest_valid_keys():
@@ -228,11 +248,10 @@ def test_a_download_that_cannot_connect_says_to_set_manual_dir(tmp_path, monkeyp
     offer_corpus.load_offer_corpus("abt_buy", data_dir=tmp_path)
 
 
-def test_evaluate_with_model_init_evaluates_that_run_on_this_configs_data(kg_dir, tfds_dir, parent, tmp_path):
+def test_evaluate_with_trained_run_evaluates_that_run_on_this_configs_data(kg_dir, tfds_dir, parent, tmp_path):
   parent_dir, parent_results = parent
   config = _config(kg_dir, tfds_dir)
-  config.model_init = str(parent_dir / "blp_transe")
-  results = experiment.evaluate(config, tmp_path / "transfer")
+  results = experiment.evaluate(config, tmp_path / "transfer", trained_run=str(parent_dir / "blp_transe"))
   name = f"{parent_dir.name}.blp_transe"
   # The same data: the trained run's own numbers, under the trained run's name; nothing was trained.
   assert results == pytest.approx({key.replace("blp_transe/", f"{name}/"): value
@@ -246,8 +265,7 @@ def test_a_transfer_evaluation_reports_the_models_evaluators_under_its_name_and_
   config = _config(kg_dir, tfds_dir)
   config.evals.lexical = common.baseline("link_prediction", "some_baseline")
   config.evals.test.report_as = config.name
-  config.model_init = str(parent_dir / "blp_transe")
-  transfer = experiment._transfer_config(config)
+  transfer = experiment._transfer_config(config, str(parent_dir / "blp_transe"))
   assert transfer.name == f"{parent_dir.name}.blp_transe"
   assert "lexical" not in transfer.evals and set(transfer.evals) == set(config.evals) - {"lexical"}
   assert not any(entry.get("report_as") for entry in transfer.evals.values())
@@ -259,9 +277,8 @@ def test_evaluating_a_run_on_a_graph_with_a_relation_it_lacks_names_the_relation
   for path in other.glob("*.tsv"):
     path.write_text(path.read_text().replace("\tsame_colour\t", "\tnever_trained\t"))
   config = _config(other, tfds_dir)
-  config.model_init = str(parent_dir / "blp_transe")
   with pytest.raises(KeyError, match="blp_transe has no relation 'never_trained'"):
-    experiment.evaluate(config, tmp_path / "transfer")
+    experiment.evaluate(config, tmp_path / "transfer", trained_run=str(parent_dir / "blp_transe"))
 
 
 def test_model_init_from_a_parent_of_another_architecture_is_refused_naming_the_keys(kg_dir, tfds_dir, parent,

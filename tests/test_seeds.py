@@ -84,7 +84,7 @@ def test_one_override_gives_blp_seeds_their_mean_and_std(kg_dir, tfds_dir, tmp_p
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   config.train.num_steps = 2
   config.evals = {"test": config.evals.test}
-  config.eval.best_metric = ""
+  config.train.best_metric = ""
   config.num_seeds = 2
   results = experiment.train_and_evaluate(config, tmp_path)
   assert results["blp_transe/test/mrr"] != results["blp_transe_seed1/test/mrr"]  # Another initialisation and order.

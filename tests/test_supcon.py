@@ -181,9 +181,7 @@ def test_loaded_runs_score_pairs_as_their_evaluation_did_and_predict_matches(sup
   with pytest.raises(ValueError, match="--task=link needs a LinkPredictionModel"):
     predict.predict(model, "link", [], io.StringIO())
   # A trained classifier evaluated on a config's pairs (here its own) by that config's cross-encoder evaluators.
-  transfer = config.copy_and_resolve_references()
-  transfer.model_init = str(workdir / "cross_encoder")
-  evaluated = experiment.evaluate(transfer, tmp_path / "transfer")
+  evaluated = experiment.evaluate(config, tmp_path / "transfer", trained_run=str(workdir / "cross_encoder"))
   name = f"{workdir.name}.cross_encoder"
   assert evaluated == pytest.approx({key.replace("cross_encoder/", f"{name}/"): value for key, value in results.items()
                                      if key.startswith("cross_encoder/")}, abs=1e-5)

@@ -1,4 +1,5 @@
 """The trainer end to end on a tiny KG: results, sharding invariance, resume after a kill, multi-process."""
+import functools
 import importlib.util
 import json
 import os
@@ -16,6 +17,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import blp
+from configs import docent
 import docent_jax
 from docent_jax import checkpoints
 from docent_jax import experiment
@@ -186,7 +188,7 @@ def test_changed_data_under_the_same_path_is_refused(tfds_dir, tmp_path):
 @pytest.mark.parametrize("key, value, message", [
     ("train.global_batch_size", 0, "must be at least 1"),
     ("train.global_batch_size", 7, "must split evenly over the mesh's 2 data shards"),
-    ("eval.batch_size", 9, "must split evenly over the mesh's 2 data shards"),
+    ("model.inference_batch_size", 9, "must split evenly over the mesh's 2 data shards"),
     ("train.log_every_steps", 0, "must be at least 1"),
     ("train.checkpoint_every_steps", 0, "must be at least 1"),
     ("train.keep_checkpoints", 0, "must be at least 1"),
@@ -198,13 +200,19 @@ def test_changed_data_under_the_same_path_is_refused(tfds_dir, tmp_path):
     ("loss.num_negatives", -2, "must be at least 1"),
     ("train.global_batch_size", 1, "must be at least 2: a triple's negatives are the entities of the batch's"),
     ("optim.b2", 1.0, "must be at least 0 and below 1"),
+    ("evals.validation", {"every_steps": 0}, "config.train.best_metric = 'validation/mrr': no evaluator runs during "
+                                             "training to report it"),
 ])
 def test_bad_config_values_are_refused_before_anything_is_written(kg_dir, tfds_dir, tmp_path, key, value, message):
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   config.mesh.shape = (2, 1)
   section, name = key.split(".")
-  config[section][name] = value
-  with pytest.raises(ValueError, match=f"config.{key} = {value!r}: {message}"):
+  if isinstance(value, dict):
+    config[section][name].update(value)
+  else:
+    config[section][name] = value
+  message = message if isinstance(value, dict) else f"config.{key} = {value!r}: {message}"
+  with pytest.raises(ValueError, match=message):
     experiment.train_and_evaluate(config, tmp_path / "run")
   assert not (tmp_path / "run").exists() or not list((tmp_path / "run").rglob("*"))
 
@@ -314,8 +322,8 @@ def _main_command(kg_dir, tfds_dir, workdir, *extra):
       "data.tfds_data_dir": tfds_dir, "data.max_len": config.data.max_len, "model.pretrained": "",
       **{f"model.bert.{k}": v for k, v in config.model.bert.items()}, "model.dim": 16, "loss.num_negatives": 8,
       "optim.learning_rate": 1e-3, "optim.warmup_steps": 2, "train.global_batch_size": 8,
-      "train.num_steps": 6, "train.checkpoint_every_steps": 2, "eval.batch_size": 16,
-      "eval.link_prediction_batch_size": 16}.items()]
+      "train.num_steps": 6, "train.checkpoint_every_steps": 2, "model.inference_batch_size": 16,
+      "evals.validation.query_batch_size": 16}.items()]
   return [sys.executable, "-m", "docent_jax.main", f"--config=configs/blp.py:{kg_dir}", f"--workdir={workdir}",
           *overrides, *extra]
 
@@ -490,6 +498,30 @@ def test_a_run_recorded_before_a_key_was_added_resumes_only_with_the_earlier_val
   run_dirs.RunDir(tmp_path).record_config(config)  # "linear" and no stop-word removal: what it trained with.
   config.optim.schedule = "constant"
   with pytest.raises(run_dirs.ConfigMismatchError, match="optim.schedule"):
+    run_dirs.RunDir(tmp_path).record_config(config)
+
+
+@pytest.mark.parametrize("run", ["docent_dual", "docent_dual_tags", "bos_bert_tags"])
+def test_a_run_recorded_with_the_former_eval_block_resumes_and_loads_with_its_keys_renamed(run, tmp_path):
+  config = {c.name: c for c in experiment.model_configs(docent.get_config("dual"))}[run]
+  run_dirs.RunDir(tmp_path).record_config(config)
+  recorded = json.loads((tmp_path / run_dirs.CONFIG_FILE).read_text())
+  # As a run before `eval` went wrote it: the renamed keys in that block, and evaluator settings beside them.
+  former = {"link_prediction_batch_size": 512}
+  for old, new in run_dirs.RENAMED_KEYS.items():
+    *parents, leaf = new.split(".")
+    block = functools.reduce(dict.get, parents, recorded)
+    if block is not None and leaf in block:
+      former[old.split(".", 1)[1]] = block.pop(leaf)
+  if recorded.get("tags") == {}:  # The main run had no tags block then.
+    del recorded["tags"]
+  (tmp_path / run_dirs.CONFIG_FILE).write_text(json.dumps({**recorded, "eval": former}))
+  (tmp_path / "checkpoints" / "2").mkdir(parents=True)
+  run_dirs.RunDir(tmp_path).record_config(config)  # Resumes: the same config under today's names.
+  loaded = run_dirs.RunDir(tmp_path).recorded_config()
+  assert "eval" not in loaded and loaded.to_dict() == json.loads(config.to_json_best_effort())
+  config.train.best_mode = "min"
+  with pytest.raises(run_dirs.ConfigMismatchError, match="train.best_mode"):
     run_dirs.RunDir(tmp_path).record_config(config)
 
 

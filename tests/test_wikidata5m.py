@@ -150,7 +150,7 @@ def test_blp_config_has_blps_wikidata5m_values(tmp_path):
   assert config.train.global_batch_size == 1024 and config.loss.num_negatives == 64
   assert config.train.num_steps == 5 * epoch and config.optim.warmup_steps == config.train.num_steps // 5
   assert config.optim.learning_rate == 5e-5
-  assert config.evals.validation.every_steps == epoch and config.eval.best_metric == "validation/transfer_mrr"
+  assert config.evals.validation.every_steps == epoch and config.train.best_metric == "validation/transfer_mrr"
   # Other datasets keep the defaults.
   assert blp_config.get_config("wn18rr").data.max_len == 32
   with pytest.raises(ValueError, match="paper settings are defined for"):

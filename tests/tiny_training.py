@@ -33,7 +33,7 @@ def shrink(config: ml_collections.ConfigDict, tfds_dir: pathlib.Path, *, max_len
   config.train.num_steps = num_steps
   config.train.log_every_steps = log_every_steps
   config.train.checkpoint_every_steps = checkpoint_every_steps
-  config.eval.batch_size = eval_batch_size
+  config.model.inference_batch_size = eval_batch_size
   return config
 
 

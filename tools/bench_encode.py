@@ -44,8 +44,9 @@ def jax_encoder(max_len: int, batch_size: int) -> text_encoder.TextEncoderModel:
   """The project's mean-pooled MiniLM-L6 over its pretrained params."""
   config = ml_collections.ConfigDict({
       "name": "minilm-l6", "objective": "universal",
-      "model": {"pretrained": "minilm-l6", "tokenizer": "minilm-l6", "dtype": "float32", "bert": {}},
-      "data": {"max_len": max_len}, "eval": {"batch_size": batch_size}})
+      "model": {"pretrained": "minilm-l6", "tokenizer": "minilm-l6", "dtype": "float32", "bert": {},
+                "inference_batch_size": batch_size},
+      "data": {"max_len": max_len}})
   _, params = pretrained.load_model_bert(config.model, len(pretrained.load_tokenizer("minilm-l6")))
   return text_encoder.TextEncoderModel(config, {}, {"bert": params})
 

@@ -47,7 +47,7 @@ def profile(trainer: trainers.Trainer, entities: int, repeats: int) -> dict[str,
   if 0 < entities < len(tokens):
     tokens = tokens[np.linspace(0, len(tokens) - 1, entities).round().astype(int)]
   params = trainer.initial_state().params
-  options = dict(batch_size=config.eval.batch_size, mesh=trainer.mesh)
+  options = dict(batch_size=config.model.inference_batch_size, mesh=trainer.mesh)
   pad_id = objective.tokenizer.pad_token_id
 
   encode_entities = objective.model().encode_tokens  # One function object: one compile per shape.

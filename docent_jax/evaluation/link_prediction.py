@@ -428,8 +428,12 @@ def lowered_ranking(scoring_fn: relations.ScoringFunction, num_entities: int, en
   return _filtered_ranks.lower(scoring_fn, True, num_entities, *tables, *queries, known, mesh=mesh)
 
 
+QUERY_BATCH_SIZE = 512  # Queries ranked against every entity at a time.
+
+
 @registry.register("link_prediction")
-def rank_split(model: Any, graph: knowledge_graph.KnowledgeGraph, split: str = "test") -> dict[str, float]:
+def rank_split(model: Any, graph: knowledge_graph.KnowledgeGraph, split: str = "test",
+               query_batch_size: int = QUERY_BATCH_SIZE) -> dict[str, float]:
   """A link prediction model (`inference.link_prediction`) ranking the triples of `graph`'s `split`.
 
   Filtered ranking among the entities known by then (validation: training and validation entities; test: those of
@@ -454,6 +458,6 @@ def rank_split(model: Any, graph: knowledge_graph.KnowledgeGraph, split: str = "
   for prefix, candidates in settings.items():
     found = evaluate_link_prediction(
         model.scoring, embeddings, relation_embeddings, graph.triples[split], candidates, graph.all_triples(),
-        batch_size=model.config.eval.link_prediction_batch_size, mesh=model.mesh)
+        batch_size=query_batch_size, mesh=model.mesh)
     results.update({f"{split}/{prefix}{name}": value for name, value in found.items()})
   return results

@@ -392,15 +392,16 @@ def search_movies_by_bm25(model: Any, data: review_corpus.ReviewEvaluation, quer
 
 
 @registry.register("bos_search")
-def search_movies_by_sentences(model: Any, data: review_corpus.ReviewEvaluation, queries: str = "") -> dict[str, float]:
+def search_movies_by_sentences(model: Any, data: review_corpus.ReviewEvaluation, queries: str = "",
+                               sentences_per_movie: int = 8, pooling: str = "mean") -> dict[str, float]:
   """The bag-of-sentences baseline of movie search (`search_movies`' tasks): a movie scores the highest cosine of
-  the query with one of `bos_sentences_per_movie` of its review sentences, all encoded by the model's untrained
-  (pretrained) encoder."""
+  the query with one of `sentences_per_movie` of its review sentences (sampled with the data's seed), all encoded
+  by the model's untrained (pretrained) encoder, pooled by `pooling` ('mean' or 'cls')."""
   corpus = data.corpus
   tasks = search_tasks(corpus, data.search_min_votes, queries)
-  encoder = movies.pretrained_sentence_encoder(model.config, data.bos_pooling, model.mesh)
+  encoder = movies.pretrained_sentence_encoder(model.config, pooling, model.mesh)
   sampled = tag_scorers.subsample_per_entity(corpus.sentence_entity, np.arange(corpus.num_entities),
-                                             data.bos_sentences_per_movie, data.seed)
+                                             sentences_per_movie, data.seed)
   sentence_vectors = encoder.encode([corpus.sentences[i] for i in sampled])
   sentence_entity = corpus.sentence_entity[sampled]
   results = {}

@@ -34,7 +34,7 @@ class LinkPredictionModel(protocol.Model):
       texts = tokenization.without_stopwords(texts)
     tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
     return parallel.map_token_batches(self._encode_tokens_fn, self.params, tokens, pad_id=self.tokenizer.pad_token_id,
-                                      batch_size=self.config.eval.batch_size, mesh=self.mesh, what="texts")
+                                      batch_size=self.config.model.inference_batch_size, mesh=self.mesh, what="texts")
 
   def encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:
     return self.module.apply({"params": params}, tokens, method=blp_model.BlpModel.encode)

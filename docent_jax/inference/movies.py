@@ -39,7 +39,7 @@ class MovieModel(protocol.Model):
 
   def _encode(self, texts: list[str]) -> np.ndarray:
     tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
-    return parallel.map_batches(self._encode_tokens_fn, self.params, tokens, batch_size=self.config.eval.batch_size,
+    return parallel.map_batches(self._encode_tokens_fn, self.params, tokens, batch_size=self.config.model.inference_batch_size,
                                 mesh=self.mesh, what="texts")
 
   def entities(self) -> tuple[list[str], np.ndarray]:
@@ -142,4 +142,4 @@ class PooledSentenceModel(protocol.Model):
   def _encode(self, texts: list[str]) -> np.ndarray:
     tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
     return tag_scorers.encode_texts(self.encoder, self.params, tokens, self.pooling,
-                                    batch_size=self.config.eval.batch_size, mesh=self.mesh)
+                                    batch_size=self.config.model.inference_batch_size, mesh=self.mesh)

@@ -61,10 +61,10 @@ class StepOptions:
       raise ValueError(f"items_per_step and tags_per_step must be positive: {self}.")
 
 
-def step_options(eval_config: ml_collections.ConfigDict) -> StepOptions:
-  """The options of a DOCENT config's `eval` block (`tag_items_per_step`, `tag_tags_per_step`, ...)."""
-  return StepOptions(items_per_step=eval_config.tag_items_per_step, tags_per_step=eval_config.tag_tags_per_step,
-                     vote_weighting=eval_config.tag_vote_weighting)
+def step_options(tags: ml_collections.ConfigDict) -> StepOptions:
+  """The step options of a DOCENT config's `tags` block (`items_per_step`, `tags_per_step`, `vote_weighting`)."""
+  return StepOptions(items_per_step=tags.items_per_step, tags_per_step=tags.tags_per_step,
+                     vote_weighting=tags.vote_weighting)
 
 
 def pool(encoder: bert.BertModel, params: Any, tokens: jax.Array, pooling: str) -> jax.Array:

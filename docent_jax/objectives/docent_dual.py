@@ -42,12 +42,9 @@ def entity_init_sentences(corpus: review_corpus.ReviewCorpus, tokenizer: Any,
 
 def review_evaluation(corpus: review_corpus.ReviewCorpus,
                       config: ml_collections.ConfigDict) -> review_corpus.ReviewEvaluation:
-  """The corpus with the evaluation settings of a DOCENT config."""
-  evaluation = config.eval
-  return review_corpus.ReviewEvaluation(
-      corpus, search_min_votes=evaluation.search_min_votes, tag_vote_threshold=evaluation.tag_vote_threshold,
-      bos_sentences_per_movie=evaluation.bos_sentences_per_movie, bos_pooling=evaluation.bos_pooling,
-      seed=config.seed)
+  """The corpus with the evaluation labels of a DOCENT config."""
+  return review_corpus.ReviewEvaluation(corpus, search_min_votes=config.data.search_min_votes,
+                                        tag_vote_threshold=config.data.tag_vote_threshold, seed=config.seed)
 
 
 class DocentDualObjective(base.Objective):
@@ -116,7 +113,7 @@ class DocentDualObjective(base.Objective):
     vectors = tag_scorers.encode_texts(
         bert.BertModel(self.bert_config, add_pooler=False),
         pretrained.pretrained_or_fixed_bert(self._bert_params, self.bert_config, self.config.seed), tokens, "cls",
-        batch_size=self.config.eval.batch_size, mesh=self.mesh)
+        batch_size=self.config.model.inference_batch_size, mesh=self.mesh)
     sums = np.zeros((corpus.num_entities, vectors.shape[1]), np.float32)
     np.add.at(sums, corpus.sentence_entity[sampled], vectors)
     logging.info("Entity rows initialised from the mean of %d sentences.", len(sampled))

@@ -40,10 +40,10 @@ class PairMatchingObjective(base.Objective):
       raise ValueError(f"Unknown model.head_init {config.model.head_init!r}; valid: {list(HEAD_INITS)}.")
     self.corpus = offer_corpus.load_offer_corpus(config.data.dataset, data_dir=config.data.tfds_data_dir,
                                                  manual_dir=config.data.manual_dir)
-    best_metric = config.eval.get("best_metric", "")
+    best_metric = config.train.best_metric
     self.pairs = {split: pair_matching.check_pairs(
         p, self.corpus.num_offers, f"{config.data.dataset} {split}",
-        f"the best step (eval.best_metric {best_metric})" if best_metric.startswith(f"{split}/") else "")
+        f"the best step (train.best_metric {best_metric})" if best_metric.startswith(f"{split}/") else "")
         for split, p in self.corpus.pairs.items()}
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
                                                extra_special_tokens=pair_matching_model.OFFER_TOKENS)

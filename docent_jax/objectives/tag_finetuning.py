@@ -9,8 +9,8 @@ nested): fit on every movie's training labels, the held-out labels scored on eve
 held out at `tags.common_heldout_fraction` (if set: the held-out labels every point of a curve shares, so
 that its points are scored on the same labels too). The items scored are
 the model's movies (`tags.items = 'entities'`: their entity vectors) or, for the BoS-BERT baseline,
-review sentences (`'sentences'`: up to `eval.bos_sentences_per_movie` per movie, the pretrained
-encoder's pooled vectors; a movie's scores are the mean of its sentences'; no `model_init`). The scorer is
+review sentences (`'sentences'`: up to `tags.sentences_per_movie` per movie, the pretrained
+encoder's vectors pooled by `tags.sentence_pooling`; a movie's scores are the mean of its sentences'; no `model_init`). The scorer is
   * 'dual' (DUAL, HYBRID): score(e, t) = g(e) . f(t), f the mean-pooled BERT fine-tuned from the
     model's sentence encoder, a vote-weighted softmax over sampled candidate tags;
   * 'pair_classifier' (FULL): a logistic head on [CLS] of `[CLS] e [SEP] tag [SEP]`, BERT fine-tuned
@@ -69,7 +69,7 @@ class TagFinetuningObjective(base.Objective):
                        f"{common_fraction}.")
     self.corpus = review_corpus.load_review_corpus(
         config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
-    found = {s.name: s for s in tag_prediction.label_sets(self.corpus, config.eval.tag_vote_threshold)}
+    found = {s.name: s for s in tag_prediction.label_sets(self.corpus, config.data.tag_vote_threshold)}
     if task.label_set not in found:
       raise base.SkipRun(f"{self.corpus.name} has no {task.label_set}.")
     self.label_set = found[task.label_set]
@@ -88,7 +88,7 @@ class TagFinetuningObjective(base.Objective):
       self.train_tags, self.heldout_tags, self.common_tags = np.arange(num_labels), np.arange(0), np.arange(0)
       self.split = "test"
       fit_movies, eval_movies = movie_split["train"], movie_split["test"]
-    self.options = tag_scorers.step_options(config.eval)
+    self.options = tag_scorers.step_options(config.tags)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
     self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
     self.train_tokens = tag_scorers.label_tokens(self.tokenizer, [self.label_set.texts[t] for t in self.train_tags],
@@ -97,7 +97,7 @@ class TagFinetuningObjective(base.Objective):
     if task.get("items", "entities") == "sentences":
       corpus = self.corpus
       self.sentences = tag_scorers.subsample_per_entity(
-          corpus.sentence_entity, np.arange(corpus.num_entities), config.eval.bos_sentences_per_movie, config.seed)
+          corpus.sentence_entity, np.arange(corpus.num_entities), config.tags.sentences_per_movie, config.seed)
       sentence_entity = corpus.sentence_entity[self.sentences]
       self.train_items, self.eval_items = (np.flatnonzero(np.isin(sentence_entity, movie_rows))
                                            for movie_rows in (fit_movies, eval_movies))
@@ -122,7 +122,7 @@ class TagFinetuningObjective(base.Objective):
     tokenizer = self.tokenizer
     model = docent_full.DocentFull(self.bert_config, num_entities=self.corpus.num_entities)
     return tag_scorers.PairClassifierScorer(model, slot_id=tokenizer.mask_token_id, sep_id=tokenizer.sep_token_id,
-                                            pad_id=tokenizer.pad_token_id, batch_size=self.config.eval.batch_size,
+                                            pad_id=tokenizer.pad_token_id, batch_size=self.config.model.inference_batch_size,
                                             mesh=self.mesh)
 
   def start_from(self, parent: Any) -> None:
@@ -161,18 +161,18 @@ class TagFinetuningObjective(base.Objective):
       if self.config.tags.get("items", "entities") != "sentences":
         raise ValueError(f"{self.config.name}: no entity vectors; the run must start from a DOCENT model "
                          "(model_init).")
-      corpus, evaluation = self.corpus, self.config.eval
-      tokens = tokenization.tokenize_texts(self.tokenizer, [corpus.sentences[i] for i in self.sentences],
-                                           self.config.data.max_len)
+      config = self.config
+      tokens = tokenization.tokenize_texts(self.tokenizer, [self.corpus.sentences[i] for i in self.sentences],
+                                           config.data.max_len)
       self.item_vectors = tag_scorers.encode_texts(
           bert.BertModel(self.bert_config, add_pooler=False), self._pretrained_bert(), tokens,
-          evaluation.bos_pooling, batch_size=evaluation.batch_size, mesh=self.mesh)
+          config.tags.sentence_pooling, batch_size=config.model.inference_batch_size, mesh=self.mesh)
     return np.asarray(self.item_vectors, np.float32)
 
   def train_batches(self, seed: int) -> Any:
     """One sampled step per record: training movies' vectors, candidate tags' tokens and their votes."""
     vectors = self._vectors()[self.train_items]
-    rows = pipeline.process_rows(self.options.items_per_step, "eval.tag_items_per_step")
+    rows = pipeline.process_rows(self.options.items_per_step, "tags.items_per_step")
 
     def step(index: int) -> dict[str, np.ndarray]:
       rng = np.random.default_rng((seed, index))

@@ -79,13 +79,12 @@ class ReviewCorpus:
 
 @dataclasses.dataclass(frozen=True)
 class ReviewEvaluation:
-  """A review corpus with the settings of DOCENT's evaluations of it (a config's `eval` block)."""
+  """A review corpus with the labels of DOCENT's evaluations of it (a config's `data.search_min_votes` and
+  `data.tag_vote_threshold`)."""
   corpus: ReviewCorpus
   search_min_votes: int  # Votes that make a movie relevant to a tag query.
   tag_vote_threshold: int  # Votes that make a tag positive for a movie.
-  bos_sentences_per_movie: int  # Sentences per movie of the bag-of-sentences baselines, sampled with `seed`.
-  bos_pooling: str  # How the baselines' pretrained encoder pools a sentence: 'mean' or 'cls'.
-  seed: int
+  seed: int  # Draws the baselines' samples (bag-of-sentences).
 
 
 def make_builder(dataset: str, *, data_dir: epath.PathLike | None = None,
