@@ -12,7 +12,8 @@ the data would give (entities, relations) come from `DATASET_SHAPES` by `config.
 Compiled: the training step (`train_step`), one evaluation batch of texts encoded (`encode`, at
 `model.inference_batch_size`), where the model has an entity set the exact top-k search over it (`search_top_k`),
 and for BLP the evaluator's filtered ranking of one batch of queries against every entity (`block_ranking`, at
-the link prediction entries' largest `query_batch_size`). The entity softmax is part of the step (DOCENT's full softmax).
+the link prediction entries' largest `query_batch_size`). The entity softmax is part of the step (DOCENT's full
+softmax).
 The report (JSON) holds per compiled function: `hbm_bytes_per_device` (arguments + outputs + temporaries -
 aliased), `hbm_capacity_bytes`, `fits`, `flops` and `bytes_accessed` per device and step,
 `step_seconds_lower_bound` (the larger of FLOPs at the chip's peak bf16 rate and bytes at its HBM bandwidth: no

@@ -39,8 +39,8 @@ class MovieModel(protocol.Model):
 
   def _encode(self, texts: list[str]) -> np.ndarray:
     tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
-    return parallel.map_batches(self._encode_tokens_fn, self.params, tokens, batch_size=self.config.model.inference_batch_size,
-                                mesh=self.mesh, what="texts")
+    return parallel.map_batches(self._encode_tokens_fn, self.params, tokens,
+                                batch_size=self.config.model.inference_batch_size, mesh=self.mesh, what="texts")
 
   def entities(self) -> tuple[list[str], np.ndarray]:
     # The table's rows past the entities are its padding (`EntityTable`).

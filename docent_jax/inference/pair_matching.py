@@ -52,8 +52,8 @@ class PairMatchingModel(text_encoder.TextEncoderModel):
       return np.asarray(self.module.apply({"params": self.params}, jnp.asarray(vectors),
                                           method=pair_classifier.PairClassifier.classify))
     inputs = tokenization.tokenize_pairs(self.tokenizer, list(left), list(right), self.config.data.max_len)
-    return parallel.map_batches(self._pair_logits_fn, self.params, inputs, batch_size=self.config.model.inference_batch_size,
-                                mesh=self.mesh, what="pairs")
+    return parallel.map_batches(self._pair_logits_fn, self.params, inputs,
+                                batch_size=self.config.model.inference_batch_size, mesh=self.mesh, what="pairs")
 
   def match(self, left: str | Sequence[str], right: str | Sequence[str]) -> np.ndarray:
     """[n] probabilities that left[i] and right[i] are offers of one product (one pair of `str`s: its one)."""

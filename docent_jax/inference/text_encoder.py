@@ -38,8 +38,9 @@ class TextEncoderModel(protocol.Model):
     unique, position = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
     tokens = tokenization.tokenize_texts(self.tokenizer, list(unique), self.config.data.max_len)
     vectors = parallel.map_token_batches(self._encode_tokens_fn, self.params, tokens,
-                                         pad_id=self.tokenizer.pad_token_id, batch_size=self.config.model.inference_batch_size,
-                                         mesh=self.mesh, buckets=LENGTH_BUCKETS, what="texts")
+                                         pad_id=self.tokenizer.pad_token_id,
+                                         batch_size=self.config.model.inference_batch_size, mesh=self.mesh,
+                                         buckets=LENGTH_BUCKETS, what="texts")
     return vectors[position.reshape(-1)]
 
   def encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:

@@ -76,8 +76,8 @@ class FaqRetrievalObjective(base.Objective):
   def vectors(self, params: Any, tokens: np.ndarray, encode: Callable[[Any, jax.Array], jax.Array] | None = None
               ) -> np.ndarray:
     """[N, d] vectors of token ids [N, L] by this run's `encode` (or another one), batched over the mesh."""
-    return parallel.map_batches(encode or self.encode, params, tokens, batch_size=self.config.model.inference_batch_size,
-                                mesh=self.mesh, what="texts")
+    return parallel.map_batches(encode or self.encode, params, tokens,
+                                batch_size=self.config.model.inference_batch_size, mesh=self.mesh, what="texts")
 
   def negatives(self) -> np.ndarray:
     """int [train queries, num_negatives] the FAQ items each training query is contrasted with."""

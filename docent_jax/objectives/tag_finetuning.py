@@ -10,7 +10,8 @@ held out at `tags.common_heldout_fraction` (if set: the held-out labels every po
 that its points are scored on the same labels too). The items scored are
 the model's movies (`tags.items = 'entities'`: their entity vectors) or, for the BoS-BERT baseline,
 review sentences (`'sentences'`: up to `tags.sentences_per_movie` per movie, the pretrained
-encoder's vectors pooled by `tags.sentence_pooling`; a movie's scores are the mean of its sentences'; no `model_init`). The scorer is
+encoder's vectors pooled by `tags.sentence_pooling`; a movie's scores are the mean of its sentences'; no
+`model_init`). The scorer is
   * 'dual' (DUAL, HYBRID): score(e, t) = g(e) . f(t), f the mean-pooled BERT fine-tuned from the
     model's sentence encoder, a vote-weighted softmax over sampled candidate tags;
   * 'pair_classifier' (FULL): a logistic head on [CLS] of `[CLS] e [SEP] tag [SEP]`, BERT fine-tuned
@@ -122,8 +123,8 @@ class TagFinetuningObjective(base.Objective):
     tokenizer = self.tokenizer
     model = docent_full.DocentFull(self.bert_config, num_entities=self.corpus.num_entities)
     return tag_scorers.PairClassifierScorer(model, slot_id=tokenizer.mask_token_id, sep_id=tokenizer.sep_token_id,
-                                            pad_id=tokenizer.pad_token_id, batch_size=self.config.model.inference_batch_size,
-                                            mesh=self.mesh)
+                                            pad_id=tokenizer.pad_token_id,
+                                            batch_size=self.config.model.inference_batch_size, mesh=self.mesh)
 
   def start_from(self, parent: Any) -> None:
     """Takes the DOCENT model's entity vectors (frozen inputs) and its BERT (what the scorer fine-tunes)."""
