@@ -85,6 +85,11 @@ def faq_config(source: str) -> ml_collections.ConfigDict:
   config.model = common.bert_model()
 
   config.loss = ml_collections.ConfigDict(dict(negatives="retrieved", num_negatives=4, scale=20.0))
+  # Retrieved negatives that are likely false negatives are dropped (`objectives/faq_negatives.py`): an item with
+  # the right item's answer; one ranked outside [range_min, range_max) (0: no end); one scoring above
+  # (1 - relative_margin) x the right item's score (0: off).
+  config.loss.mining = ml_collections.ConfigDict(dict(exclude_same_answer=True, range_min=0, range_max=0,
+                                                      relative_margin=0.0))
 
   config.optim = common.optimizer(learning_rate=2e-5, warmup_steps=10)
   # 16 training queries (each with its item and 4 negatives) per step; 60 steps: 1.5 epochs of StackFAQ, so that

@@ -56,6 +56,9 @@ RANGES: tuple[Rule, ...] = tuple((pattern, *check) for pattern, check in (
     ("loss.entity_mask_rate", fraction),
     ("loss.mlm_rate", open_fraction),
     ("loss.mlm_weight", at_least(0)),
+    ("loss.mining.range_min", at_least(0)),
+    ("loss.mining.range_max", at_least(0)),  # 0: no end.
+    ("loss.mining.relative_margin", below_one),
     ("data.max_len", at_least(4)),
     ("data.num_workers", at_least(0)),
     ("data.prefetch", at_least(0)),

@@ -1,4 +1,4 @@
-"""FAQ retrieval: metrics and their tie rule, cosine / TF-IDF / BM25 scores, negatives, seed aggregation."""
+"""FAQ retrieval: metrics and their tie rule, cosine / TF-IDF / BM25 scores, seed aggregation."""
 import numpy as np
 import pytest
 
@@ -75,58 +75,3 @@ def test_tfidf_scores_are_cosines():
   scores = faq_retrieval.tfidf_scores([DOCUMENTS[1]], DOCUMENTS)
   np.testing.assert_allclose(scores[0, 1], 1.0)
   assert (scores[0, [0, 2, 3]] < 1.0).all()
-
-
-def test_hard_negatives_by_hand():
-  scores = np.array([
-      [0.9, 0.5, 0.7, 0.5, 0.1],  # relevant 0 scores highest; items 1 and 3 tie
-      [0.2, 0.8, 0.8, 0.8, 0.0],  # relevant 2 ties with items 1 and 3
-  ])
-  negatives = faq_retrieval.hard_negatives(scores, np.array([0, 2]), k=3)
-  np.testing.assert_array_equal(negatives, [[2, 1, 3], [1, 3, 0]])
-  assert np.issubdtype(negatives.dtype, np.integer)
-
-
-def test_hard_negatives_are_the_top_other_items_in_score_order():
-  rng = np.random.default_rng(2)
-  scores = rng.integers(0, 5, (30, 9)).astype(np.float32)  # many ties
-  relevant = rng.integers(0, 9, 30)
-  negatives = faq_retrieval.hard_negatives(scores, relevant)
-  assert negatives.shape == (30, 4)
-  for row, (row_scores, target) in enumerate(zip(scores, relevant)):
-    expected = sorted((item for item in range(9) if item != target), key=lambda item: (-row_scores[item], item))
-    assert negatives[row].tolist() == expected[:4]
-
-
-def test_hard_negatives_need_enough_other_items():
-  scores = np.zeros((2, 5))
-  assert faq_retrieval.hard_negatives(scores, np.array([0, 4]), k=4).tolist() == [[1, 2, 3, 4], [0, 1, 2, 3]]
-  for k in (0, 5):
-    with pytest.raises(ValueError, match=r"Need 1 <= k <= 4"):
-      faq_retrieval.hard_negatives(scores, np.array([0, 4]), k=k)
-
-
-def test_random_negatives_are_distinct_other_items_drawn_uniformly():
-  num_items, k = 6, 3
-  relevant = np.arange(6000) % num_items
-  negatives = faq_retrieval.random_negatives(num_items, relevant, k, np.random.default_rng(3))
-  assert negatives.shape == (6000, k) and np.issubdtype(negatives.dtype, np.integer)
-  assert ((negatives >= 0) & (negatives < num_items)).all()
-  assert (np.diff(np.sort(negatives, axis=1), axis=1) > 0).all()
-  assert not (negatives == relevant[:, None]).any()
-  # Each of the 5 other items is drawn for a query with chance 3 / 5.
-  drawn = np.zeros((len(relevant), num_items), bool)
-  drawn[np.arange(len(relevant))[:, None], negatives] = True
-  for item in range(num_items):
-    frequencies = drawn[relevant == item].mean(axis=0)
-    np.testing.assert_allclose(np.delete(frequencies, item), k / (num_items - 1), atol=0.06)
-
-
-def test_random_negatives_are_reproducible_for_a_seed():
-  relevant = np.array([0, 3, 7, 7])
-  first, again, other = (faq_retrieval.random_negatives(10, relevant, 4, np.random.default_rng(seed))
-                         for seed in (5, 5, 6))
-  np.testing.assert_array_equal(first, again)
-  assert not np.array_equal(first, other)
-  with pytest.raises(ValueError, match=r"Need 1 <= k <= 9"):
-    faq_retrieval.random_negatives(10, relevant, 10, np.random.default_rng(5))

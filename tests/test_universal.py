@@ -2,6 +2,7 @@
 import io
 import json
 import pathlib
+import sys
 
 import jax
 import numpy as np
@@ -17,6 +18,9 @@ from docent_jax.evaluation import faq_retrieval
 from docent_jax.evaluation import pair_tasks
 import tiny_training
 import universal_fixtures
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
+import faq_diagnostic  # pylint: disable=g-import-not-at-top
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +151,37 @@ def test_faq_negatives_never_hold_the_right_item_and_retrieved_ones_follow_the_p
   assert not all((scores[q, random[q]].min() >= scores[q, np.setdiff1d(np.arange(scores.shape[1]),
                                                                         [*random[q], relevant[q]])].max())
                  for q in range(len(relevant)))
+
+
+def test_retrieved_negatives_never_hold_an_item_with_the_right_answer(tmp_path):
+  faq_dir = universal_fixtures.write_faq(tmp_path / "faq")
+  # A twin of f0: its question asked in other words, the same answer; the retriever ranks it first for f0's queries.
+  with open(faq_dir / "faq.tsv", "a") as faq_file:
+    faq_file.write("f12\tHow can I change my password?\tOpen the password settings.\n")
+  config = universal_fixtures.tiny_faq_config(faq_dir, tmp_path / "tfds")
+  objective = trainers.Trainer(config, "unused").objective
+  twin_of = {0: 12, 12: 0}
+  queries = [q for q, item in enumerate(objective.faq.relevant["train"]) if item in twin_of]
+  assert queries and config.loss.mining.exclude_same_answer
+  negatives = objective.negatives()
+  assert not any(twin_of[objective.faq.relevant["train"][q]] in negatives[q] for q in queries)
+  config.loss.mining.exclude_same_answer = False  # The plain top 4: the twin is among them.
+  plain = trainers.Trainer(config, "unused").objective.negatives()
+  assert all(twin_of[objective.faq.relevant["train"][q]] in plain[q] for q in queries)
+
+
+def test_the_faq_diagnostic_finds_the_twin_and_what_the_rules_drop(tmp_path):
+  faq_dir = universal_fixtures.write_faq(tmp_path / "faq")
+  with open(faq_dir / "faq.tsv", "a") as faq_file:  # f0's twin: the same question and answer, in other case.
+    faq_file.write("f12\thow do i change my PASSWORD?\topen the password settings\n")
+  config = universal_fixtures.tiny_faq_config(faq_dir, tmp_path / "tfds")
+  found = faq_diagnostic.diagnose(trainers.Trainer(config, "unused").objective, near_duplicate=0.99)
+  assert (found["items"], found["items_sharing_an_answer"], found["answers_shared"]) == (13, 2, 1)
+  assert found["near_duplicate_question_pairs"] == 1
+  assert found["near_duplicate_examples"][0][:2] == ["How do I change my password?", "how do i change my PASSWORD?"]
+  # f0's 2 training queries each had the twin among their plain top 4; the rule dropped it both times.
+  assert found["plain_top_k"]["share_the_right_answer"] == 2 == found["mined"]["same_answer"]
+  assert found["plain_top_k"]["near_duplicate_of_the_right_question"] == 2
 
 
 def test_faq_fine_tuning_reports_every_model_and_the_lexical_baselines(faq_config, tmp_path):

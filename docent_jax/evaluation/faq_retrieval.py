@@ -9,10 +9,8 @@ constant scores cannot look good (the MRR is the mean of 1 / that rank, as in mo
 
 Scorers give [Q, N] scores of Q queries against N items: cosine of encoder vectors, and the lexical
 baselines TF-IDF (cosine of scikit-learn TF-IDF vectors) and BM25 (`bm25`), both over the words of
-`bm25.word_tokenize`, with statistics from the documents (the FAQ questions) only.
-
-Negatives for fine-tuning: `hard_negatives` are the top-scored wrong items of a scorer (Li & Zhao take
-the top 4 of the pretrained encoder), `random_negatives` are drawn uniformly.
+`bm25.word_tokenize`, with statistics from the documents (the FAQ questions) only. The negatives of fine-tuning
+are the objective's (`objectives.faq_negatives`).
 """
 from collections.abc import Sequence
 from typing import Any
@@ -53,11 +51,6 @@ def _check_relevant(relevant: np.ndarray | Sequence[int], num_items: int,
   return relevant.astype(np.int64)
 
 
-def _check_num_negatives(k: int, num_items: int) -> None:
-  if not 1 <= k <= num_items - 1:
-    raise ValueError(f"Need 1 <= k <= {num_items - 1} negatives (all items but the relevant one); got k={k}.")
-
-
 def retrieval_metrics(scores: np.ndarray, relevant: np.ndarray) -> dict[str, float]:
   """{'top1', 'mrr'} of [Q, N] scores, each query's correct item being `relevant` [Q] (ties in expectation)."""
   scores = _check_scores(scores)
@@ -96,33 +89,6 @@ def tfidf_scores(queries: Sequence[str], documents: Sequence[str]) -> np.ndarray
 def bm25_scores(queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
   """[Q, N] float32 Okapi BM25 score of each document for each query (`bm25.BM25Index`, default k1 and b)."""
   return bm25.BM25Index(documents).scores(queries)
-
-
-def hard_negatives(scores: np.ndarray, relevant: np.ndarray, k: int = 4) -> np.ndarray:
-  """int64 [Q, k]: per query the k top-scored items other than its relevant one.
-
-  In descending score order, equal scores by ascending item index, so the choice is deterministic.
-
-  Raises:
-    ValueError: k is not in [1, N - 1], scores are not finite, or a relevant index is out of range.
-  """
-  scores = _check_scores(scores)
-  relevant = _check_relevant(relevant, scores.shape[1], scores.shape[0])
-  _check_num_negatives(k, scores.shape[1])
-  # Below every finite score, the relevant item sorts last.
-  scores = np.where(np.arange(scores.shape[1]) == relevant[:, None], -np.inf, scores)
-  # A stable sort of the negated scores keeps equal scores in item order.
-  return np.argsort(-scores, axis=1, kind="stable")[:, :k]
-
-
-def random_negatives(num_items: int, relevant: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-  """int64 [Q, k]: per query k distinct items other than its relevant one, a uniform draw in random order."""
-  relevant = _check_relevant(relevant, num_items)
-  _check_num_negatives(k, num_items)
-  # The first k of a random permutation of the num_items - 1 other items, numbered 0.. with the relevant
-  # item skipped.
-  draws = np.argsort(rng.random((len(relevant), num_items - 1)), axis=1)[:, :k]
-  return draws + (draws >= relevant[:, None])
 
 
 @registry.register("faq_retrieval")

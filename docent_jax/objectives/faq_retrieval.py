@@ -4,7 +4,9 @@ Each training query is scored against its FAQ item's question and `loss.num_nega
 by the scaled cosine of mean-pooled encoder vectors; the loss is the cross-entropy of the right item
 among them. The negatives of a query are fixed before training: `loss.negatives = 'retrieved'` takes the
 questions the pretrained encoder (`model.pretrained`, as shipped) ranks highest besides the right one,
-Li & Zhao's retrieval-based negatives; 'random' draws them uniformly with the run's seed. The encoder
+Li & Zhao's retrieval-based negatives, less those that `loss.mining`'s rules drop as likely false negatives
+(`faq_negatives.mine`: an item with the right one's answer, a rank window, a margin to the right one's score);
+'random' draws them uniformly with the run's seed. The encoder
 starts from the pretrained one, or from another run's (`model_init`: e.g. the multi-task model, or an NLI-only
 one, the paper's best recipe: NLI fine-tuning, then FAQ, with XLNet; with BERT, NLI first hurt).
 
@@ -30,6 +32,7 @@ from docent_jax.evaluation import faq_retrieval
 from docent_jax.models import bert
 from docent_jax.models import pretrained
 from docent_jax.objectives import base
+from docent_jax.objectives import faq_negatives
 
 NEGATIVES = ("retrieved", "random")
 
@@ -79,22 +82,32 @@ class FaqRetrievalObjective(base.Objective):
     return parallel.map_batches(encode or self.encode, params, tokens,
                                 batch_size=self.config.model.inference_batch_size, mesh=self.mesh, what="texts")
 
+  def retriever_vectors(self, tokens: np.ndarray) -> np.ndarray:
+    """[N, d] vectors of token ids by the retriever of the negatives: the encoder as shipped, mean-pooled."""
+    shipped_config, shipped = pretrained.load_or_create_bert(self.config.model.pretrained or "minilm-l6", {},
+                                                             len(self.tokenizer))
+    shipped_encoder = bert.BertModel(shipped_config, add_pooler=False)
+    encode = lambda p, x: bert.mean_pooled(shipped_encoder, p["bert"], x, pad_token_id=self.tokenizer.pad_token_id)
+    return self.vectors({"bert": shipped}, tokens, encode)
+
+  def mining_rules(self) -> faq_negatives.MiningRules:
+    return faq_negatives.MiningRules(**self.config.loss.get("mining", {}))
+
   def negatives(self) -> np.ndarray:
     """int [train queries, num_negatives] the FAQ items each training query is contrasted with."""
     if self._negatives is None:
       relevant, k = self.faq.relevant["train"], self.config.loss.num_negatives
+      rng = np.random.default_rng(self.config.seed)
       if self.config.loss.negatives == "random":
-        self._negatives = faq_retrieval.random_negatives(len(self.faq.questions), relevant, k,
-                                                         np.random.default_rng(self.config.seed))
+        self._negatives = faq_negatives.random_negatives(len(self.faq.questions), relevant, k, rng)
       else:
-        shipped_config, shipped = pretrained.load_or_create_bert(self.config.model.pretrained or "minilm-l6", {},
-                                                                 len(self.tokenizer))
-        shipped_encoder = bert.BertModel(shipped_config, add_pooler=False)
-        encode = lambda p, x: bert.mean_pooled(shipped_encoder, p["bert"], x, pad_token_id=self.tokenizer.pad_token_id)
-        vectors = lambda tokens: self.vectors({"bert": shipped}, tokens, encode)
-        scores = faq_retrieval.cosine_scores(vectors(self.query_tokens["train"]), vectors(self.question_tokens))
-        self._negatives = faq_retrieval.hard_negatives(scores, relevant, k)
-        logging.info("%s: %d retrieved negatives for each of %d training queries.", self.faq.name, k, len(relevant))
+        scores = faq_retrieval.cosine_scores(self.retriever_vectors(self.query_tokens["train"]),
+                                             self.retriever_vectors(self.question_tokens))
+        self._negatives, counts = faq_negatives.mine(scores, relevant, self.faq.answers, k, self.mining_rules(), rng)
+        logging.info("%s: %d retrieved negatives for each of %d training queries (%s); candidates dropped: %s; "
+                     "%d negatives of %d queries drawn at random, too few passing.", self.faq.name, k, len(relevant),
+                     self.mining_rules(), ", ".join(f"{rule} {counts[rule]}" for rule in faq_negatives.RULES),
+                     counts["filled_at_random"], counts["queries_filled"])
     return self._negatives
 
   def train_batches(self, seed: int) -> Any:
