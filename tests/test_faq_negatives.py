@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from docent_jax.data.universal import faq
 from docent_jax.objectives import faq_negatives
 
 
@@ -114,5 +115,5 @@ def test_bad_rules_are_refused_naming_the_key(rules, message):
 
 
 def test_answers_are_the_same_up_to_case_punctuation_and_spacing():
-  assert faq_negatives.normalize_answer("  Open the SETTINGS-page!\n") == "open the settings page"
-  assert faq_negatives.answer_groups(["A b.", "a  B", "c"]).tolist() == [0, 0, 1]
+  assert faq.normalize_answer("  Open the SETTINGS-page!\n") == "open the settings page"
+  assert faq.answer_groups(["A b.", "a  B", "c"]).tolist() == [0, 0, 1]

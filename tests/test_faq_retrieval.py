@@ -75,3 +75,13 @@ def test_tfidf_scores_are_cosines():
   scores = faq_retrieval.tfidf_scores([DOCUMENTS[1]], DOCUMENTS)
   np.testing.assert_allclose(scores[0, 1], 1.0)
   assert (scores[0, [0, 2, 3]] < 1.0).all()
+
+
+def test_answer_top1_counts_an_item_with_the_right_answer_and_only_where_answers_are_shared():
+  scores = np.array([[0.2, 0.9, 0.1],    # Item 1, the twin of the right item 0, ranks first: right by answer.
+                     [0.5, 0.5, 0.9],    # Item 2, another answer, first: wrong either way.
+                     [0.7, 0.7, 0.1]])   # The right item 1 tied with its twin 0 at the top.
+  found = faq_retrieval.retrieval_metrics(scores, np.array([0, 0, 1]), answer_groups=np.array([0, 0, 1]))
+  assert found["top1"] == pytest.approx((0 + 0 + 0.5) / 3)
+  assert found["answer_top1"] == pytest.approx((1 + 0 + 1) / 3)
+  assert "answer_top1" not in faq_retrieval.retrieval_metrics(scores, np.array([0, 0, 1]), np.array([0, 1, 2]))

@@ -4,6 +4,7 @@ import gzip
 import itertools
 import json
 import pathlib
+import sys
 
 import pytest
 
@@ -14,6 +15,9 @@ from docent_jax.data.universal import faq
 from docent_jax.data.universal import nli
 from docent_jax.data.universal import phrases
 import io_fixtures
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
+import stackfaq_twins  # pylint: disable=g-import-not-at-top
 
 # ---------------------------------------------------------------------------------------------------
 # Tiny sources, also used by test_universal_builders.
@@ -524,3 +528,11 @@ def test_real_stackfaq(shared_data_dir):
   assert dataset.counts["empty <rephr> skipped"] == 1
   assert dataset.items[0].question == "Strikethrough with GitHub Markdown"
   assert all(q.text != faq.STACKFAQ_SEPARATOR for q in dataset.queries["train"] + dataset.queries["test"])
+
+
+def test_stackfaq_twins_make_one_item_per_paraphrase_group_with_the_threads_answer():
+  thread = faq.StackFaqThread("How do I X?", "Do Y.", [[(1, "x how"), (2, "doing x")], [(4, "X, how?"), (5, "x?")],
+                                                      [(7, "lonely")]])
+  items, queries = stackfaq_twins.twin_rows([thread])
+  assert items == [("1a", "How do I X?", "Do Y."), ("1b", "X, how?", "Do Y.")]  # A group of one asks nothing.
+  assert queries == [("1-1", "x how", "1a"), ("1-2", "doing x", "1a"), ("1-5", "x?", "1b")]

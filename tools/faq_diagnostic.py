@@ -3,7 +3,7 @@
   python tools/faq_diagnostic.py --config=configs/universal.py:faq,/data/my_faq
   python tools/faq_diagnostic.py --config=configs/universal.py:faq,stackfaq --config.data.manual_dir=DATA
 
-It prints, as JSON: the items that share an answer (`faq_negatives.normalize_answer`), the pairs of questions whose
+It prints, as JSON: the items that share an answer (`data/universal/faq.normalize_answer`), the pairs of questions whose
 cosine under the retriever of the negatives (the encoder as shipped) is at least --near_duplicate, and, of the
 plain top-k retrieved negatives of the training queries (k = `loss.num_negatives`), how many share the right
 item's answer, ask a near-duplicate of its question, lie outside the config's rank window or within its relative
@@ -23,6 +23,7 @@ import tensorflow_datasets as tfds
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))  # configs/, as docent_jax.main finds it.
 from docent_jax import trainer as trainers  # pylint: disable=g-import-not-at-top
+from docent_jax.data.universal import faq as faq_files  # pylint: disable=g-import-not-at-top
 from docent_jax.evaluation import faq_retrieval  # pylint: disable=g-import-not-at-top
 from docent_jax.objectives import faq_negatives  # pylint: disable=g-import-not-at-top
 
@@ -42,7 +43,7 @@ def define_flags() -> None:
 def diagnose(objective, near_duplicate: float) -> dict:
   """The findings of the module docstring for a `faq_retrieval` objective's FAQ set and config."""
   faq, config = objective.faq, objective.config
-  groups = faq_negatives.answer_groups(faq.answers)
+  groups = faq_files.answer_groups(faq.answers)
   shared = [np.flatnonzero(groups == g).tolist() for g in np.unique(groups) if np.count_nonzero(groups == g) > 1]
   question_vectors = objective.retriever_vectors(objective.question_tokens)
   question_cosines = faq_retrieval.cosine_scores(question_vectors, question_vectors)

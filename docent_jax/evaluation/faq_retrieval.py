@@ -1,8 +1,10 @@
 """FAQ retrieval (Li & Zhao): rank every FAQ item for a user query by query-question similarity.
 
 Metrics (`retrieval_metrics`), means over the queries:
-  top1  the fraction of queries whose correct item ranks first (Top-1 accuracy);
-  mrr   the mean reciprocal rank of the correct item.
+  top1         the fraction of queries whose correct item ranks first (Top-1 accuracy);
+  mrr          the mean reciprocal rank of the correct item;
+  answer_top1  only where some items share an answer (`faq.answer_groups`): the fraction of queries whose
+               first-ranked item gives the correct item's answer, which a user reads as a right result.
 Ties follow `metrics`: they are resolved in expectation over random tie-breaking. A correct item tied
 with n others at the top counts 1 / (n + 1) towards top1, and its rank is 1 + (#higher) + n / 2, so
 constant scores cannot look good (the MRR is the mean of 1 / that rank, as in movie search).
@@ -19,6 +21,7 @@ import numpy as np
 from sklearn.feature_extraction import text as sklearn_text
 
 from docent_jax.data.universal import corpus as universal_corpus
+from docent_jax.data.universal import faq as faq_files
 from docent_jax.evaluation import bm25
 from docent_jax.evaluation import metrics
 from docent_jax.evaluation import registry
@@ -51,14 +54,22 @@ def _check_relevant(relevant: np.ndarray | Sequence[int], num_items: int,
   return relevant.astype(np.int64)
 
 
-def retrieval_metrics(scores: np.ndarray, relevant: np.ndarray) -> dict[str, float]:
-  """{'top1', 'mrr'} of [Q, N] scores, each query's correct item being `relevant` [Q] (ties in expectation)."""
+def retrieval_metrics(scores: np.ndarray, relevant: np.ndarray,
+                      answer_groups: np.ndarray | None = None) -> dict[str, float]:
+  """{'top1', 'mrr'} of [Q, N] scores, each query's correct item being `relevant` [Q] (ties in expectation), and
+  'answer_top1' where `answer_groups` [N] (items with the same answer share a number) has a shared answer."""
   scores = _check_scores(scores)
   relevant = _check_relevant(relevant, scores.shape[1], scores.shape[0])
   labels = np.zeros(scores.shape, bool)
   labels[np.arange(len(relevant)), relevant] = True
-  return {"top1": float(np.mean(metrics.recall_at_k(scores, labels, (1,)))),
-          "mrr": float(np.mean(metrics.reciprocal_rank(scores, labels)))}
+  found = {"top1": float(np.mean(metrics.recall_at_k(scores, labels, (1,)))),
+           "mrr": float(np.mean(metrics.reciprocal_rank(scores, labels)))}
+  if answer_groups is not None and len(np.unique(answer_groups)) < len(answer_groups):
+    # Ties in expectation: the share of the top-scored items that give the right answer.
+    top = scores == scores.max(axis=1, keepdims=True)
+    right = answer_groups[None, :] == answer_groups[relevant][:, None]
+    found["answer_top1"] = float(np.mean((top & right).sum(axis=1) / top.sum(axis=1)))
+  return found
 
 
 def cosine_scores(query_vectors: np.ndarray, item_vectors: np.ndarray) -> np.ndarray:
@@ -104,4 +115,5 @@ def rank_faq(model: Any, faq: universal_corpus.FaqSet, split: str = "test", scor
     scores = bm25_scores(queries, questions)
   else:
     scores = cosine_scores(model.encode(queries), model.encode(questions))
-  return {f"{split}/{key}": value for key, value in retrieval_metrics(scores, faq.relevant[split]).items()}
+  found = retrieval_metrics(scores, faq.relevant[split], faq_files.answer_groups(faq.answers))
+  return {f"{split}/{key}": value for key, value in found.items()}

@@ -6,7 +6,7 @@ In a FAQ whose items overlap (two items share an answer, or ask nearly the same 
 that answer the query too: false negatives, which the loss pushes away from it. `mine` drops a candidate by the
 rules of positive-aware mining (NV-Retriever's TopK-PercPos; sentence-transformers' `mine_hard_negatives`):
 
-  same answer      its answer is the positive's, after `normalize_answer`;
+  same answer      its answer is the positive's, after `faq.normalize_answer`;
   rank window      it ranks among the first `range_min` candidates, or at `range_max` or later (0: no end),
                    counting every item but the positive from 0;
   relative margin  its score is above (1 - `relative_margin`) x the positive's score (0: off).
@@ -16,11 +16,11 @@ among the items that share no answer with the positive. With every rule off, the
 """
 import collections
 import dataclasses
-import re
-import unicodedata
 from typing import Sequence
 
 import numpy as np
+
+from docent_jax.data.universal import faq
 
 RULES = ("same_answer", "rank_window", "relative_margin")
 
@@ -39,18 +39,6 @@ class MiningRules:
                        "with range_max 0 (no end) or above range_min.")
     if not 0 <= self.relative_margin < 1:
       raise ValueError(f"loss.mining.relative_margin must be in [0, 1); got {self.relative_margin}.")
-
-
-def normalize_answer(text: str) -> str:
-  """The text that decides whether two answers are the same: Unicode-compatible, case-folded, punctuation as
-  space, whitespace collapsed."""
-  text = unicodedata.normalize("NFKC", text).casefold()
-  return " ".join(re.sub(r"[^\w\s]|_", " ", text).split())
-
-
-def answer_groups(answers: Sequence[str]) -> np.ndarray:
-  """int [N]: the same number for items whose answers are the same (`normalize_answer`)."""
-  return np.unique([normalize_answer(answer) for answer in answers], return_inverse=True)[1].reshape(-1)
 
 
 def _check(scores: np.ndarray, relevant: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -72,7 +60,7 @@ def mine(scores: np.ndarray, relevant: np.ndarray, answers: Sequence[str], k: in
   index), and what the rules did: per rule, the candidates it dropped among those a query looked at before it had
   k (all of its candidates where it never had k); 'filled_at_random' negatives, over 'queries_filled' queries."""
   scores, relevant = _check(scores, relevant, k)
-  groups = answer_groups(answers)
+  groups = faq.answer_groups(answers)
   if len(groups) != scores.shape[1]:
     raise ValueError(f"{len(groups)} answers for {scores.shape[1]} items.")
   order = np.argsort(-scores, axis=1, kind="stable")

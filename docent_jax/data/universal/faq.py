@@ -17,6 +17,8 @@ Both splits retrieve from all FAQ items. Every format error (`io.DataFormatError
 import collections
 import dataclasses
 import html
+import re
+import unicodedata
 from typing import Sequence
 from xml.etree import ElementTree
 
@@ -121,9 +123,30 @@ def read_faq_tsv(faq_path: epath.PathLike, query_path: epath.PathLike,
   return _dataset(query_path, items, by_split, collections.Counter())
 
 
+@dataclasses.dataclass(frozen=True)
+class StackFaqThread:
+  """One <qapair>: its question, its answers joined by a space, and its paraphrase groups (`*` separates them),
+  each a list of (paraphrase number from 1, text)."""
+  question: str
+  answer: str
+  paraphrase_groups: list[list[tuple[int, str]]]
+
+
 def read_stackfaq_xml(path: epath.PathLike, test_fraction: float = DEFAULT_TEST_FRACTION,
                       seed: int = 0) -> FaqDataset:
-  """Reads StackFAQ's stackExchange-FAQ.xml (see the module docstring).
+  """Reads StackFAQ's stackExchange-FAQ.xml (see the module docstring); errors as `read_stackfaq_threads`."""
+  items, queries = [], []
+  threads, skipped = read_stackfaq_threads(path)
+  for thread in threads:
+    identifier = str(len(items) + 1)
+    items.append(FaqItem(identifier, thread.question, thread.answer))
+    queries.extend(FaqQuery(f"{identifier}-{number}", text, len(items) - 1)
+                   for group in thread.paraphrase_groups for number, text in group)
+  return _dataset(path, items, split_queries(queries, test_fraction, seed), skipped)
+
+
+def read_stackfaq_threads(path: epath.PathLike) -> tuple[list[StackFaqThread], collections.Counter]:
+  """The threads of StackFAQ's stackExchange-FAQ.xml, and the counts of what was skipped (logged).
 
   Raises:
     io.DataFormatError: malformed XML (at the line ElementTree names), an element other than <qapair> in the
@@ -131,7 +154,7 @@ def read_stackfaq_xml(path: epath.PathLike, test_fraction: float = DEFAULT_TEST_
       <question> or without an <answer>.
   """
   root, lines = _parse_xml(path)
-  items, queries = [], []
+  threads = []
   skipped: collections.Counter = collections.Counter()
   for pair in root:
     where = f"{path}:{lines[pair]}"
@@ -147,18 +170,31 @@ def read_stackfaq_xml(path: epath.PathLike, test_fraction: float = DEFAULT_TEST_
       raise io.DataFormatError(f"{where}: a <qapair> needs one non-empty <question>, found {texts['question']}.")
     if not any(texts["answer"]):
       raise io.DataFormatError(f"{where}: a <qapair> without an <answer>.")
-    identifier = str(len(items) + 1)
-    items.append(FaqItem(identifier, texts["question"][0], " ".join(filter(None, texts["answer"]))))
+    groups: list[list[tuple[int, str]]] = [[]]
     for number, text in enumerate(texts["rephr"], 1):
       if text == STACKFAQ_SEPARATOR:
-        continue
-      if not text:
+        groups.append([])
+      elif not text:
         skipped["empty <rephr> skipped"] += 1
-        continue
-      queries.append(FaqQuery(f"{identifier}-{number}", text, len(items) - 1))
+      else:
+        groups[-1].append((number, text))
+    threads.append(StackFaqThread(texts["question"][0], " ".join(filter(None, texts["answer"])),
+                                  [group for group in groups if group]))
   for reason, count in skipped.items():
     logging.warning("%s: %d %s.", path, count, reason)
-  return _dataset(path, items, split_queries(queries, test_fraction, seed), skipped)
+  return threads, skipped
+
+
+def normalize_answer(text: str) -> str:
+  """The text that decides whether two answers are the same: Unicode-compatible, case-folded, punctuation as
+  space, whitespace collapsed."""
+  text = unicodedata.normalize("NFKC", text).casefold()
+  return " ".join(re.sub(r"[^\w\s]|_", " ", text).split())
+
+
+def answer_groups(answers: Sequence[str]) -> np.ndarray:
+  """int [N]: the same number for items whose answers are the same (`normalize_answer`)."""
+  return np.unique([normalize_answer(answer) for answer in answers], return_inverse=True)[1].reshape(-1)
 
 
 def split_queries(queries: Sequence[FaqQuery], test_fraction: float, seed: int) -> dict[str, list[FaqQuery]]:
