@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -348,11 +349,18 @@ def _signalling_main(at_batch: int, signal_number: int) -> str:
 
 @pytest.fixture(scope="module")
 def uninterrupted(kg_dir, tfds_dir, tmp_path_factory) -> pathlib.Path:
-  """The workdir of `_main_command` run to the end in one process on 2 devices."""
+  """The workdir of `_main_command` run to the end in one process on 2 devices; its console is console.txt beside."""
   workdir = tmp_path_factory.mktemp("uninterrupted") / "run"
-  subprocess.run(_main_command(kg_dir, tfds_dir, workdir), cwd=REPO_ROOT, env=tiny_training.subprocess_env(2),
-                 check=True, capture_output=True)
+  run = subprocess.run(_main_command(kg_dir, tfds_dir, workdir), cwd=REPO_ROOT, env=tiny_training.subprocess_env(2),
+                       check=True, capture_output=True, text=True)
+  (workdir.parent / "console.txt").write_text(run.stderr)
   return workdir
+
+
+def test_the_console_shows_clus_progress_and_the_loss_at_the_last_step(uninterrupted):
+  console = (uninterrupted.parent / "console.txt").read_text()
+  assert re.search(r"Setting work unit notes: [0-9.]+ steps/s, 100\.0% \(6/6\), ETA: 0m", console), console[-3000:]
+  assert re.search(r"blp_transe step 6/6: loss [0-9.]+\n", console)
 
 
 def test_kill_and_resume_matches_uninterrupted_run(kg_dir, tfds_dir, uninterrupted, tmp_path):
