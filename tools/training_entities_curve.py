@@ -9,7 +9,8 @@ the triples among that fraction of the training entities (`config.data.train_ent
 trains every subset for the same number of epochs, `train.num_steps` and `optim.warmup_steps` are the config's
 times the subset's share of the training triples. The validation and test triples and their candidate entities
 are the same at every fraction. The JSON holds, per fraction, the subset's size, the steps, and every model's
-`<model>/test/mrr` from its run's results.json; the PNG plots them against the training entities.
+`<model>/test/mrr` from its run's results.json; the PNG plots them against the training entities, beside the
+`--reference` points (e.g. the paper's). `--plot_only` draws the PNG again from the JSON.
 """
 import json
 import math
@@ -17,6 +18,7 @@ import os
 import pathlib
 import subprocess
 import sys
+from typing import Sequence
 
 from absl import app
 from absl import flags
@@ -43,6 +45,9 @@ def define_flags() -> None:
   flags.DEFINE_string("workdir", None, "Each fraction's run goes to WORKDIR/fraction_<f>.")
   flags.DEFINE_string("output", None, "The JSON of the curve.")
   flags.DEFINE_string("plot", None, "The PNG of the curve.")
+  flags.DEFINE_multi_string("reference", [], "LABEL=ENTITIES:MRR, a point drawn beside the curve (e.g. the paper's "
+                            "MRR trained on every entity).")
+  flags.DEFINE_bool("plot_only", False, "Plot the points of the existing --output JSON; train nothing.")
   flags.mark_flags_as_required(["config", "workdir", "output", "plot"])
 
 
@@ -63,12 +68,25 @@ def run_fraction(config_arg: str, overrides: dict[str, object], fraction: float,
   return run_dirs.Workdir(workdir).read_results()
 
 
-def plot(points: list[dict], title: str, path: epath.Path) -> None:
+def parse_reference(text: str) -> tuple[str, float, float]:
+  """(label, entities, MRR) of `LABEL=ENTITIES:MRR`."""
+  label, _, point = text.rpartition("=")
+  entities, _, mrr = point.partition(":")
+  try:
+    return label, float(entities), float(mrr)
+  except ValueError:
+    raise ValueError(f"--reference {text!r}: expected LABEL=ENTITIES:MRR, e.g. 'BLP-TransE (paper)=32755:0.285'.")
+
+
+def plot(points: list[dict], title: str, path: epath.Path,
+         references: Sequence[tuple[str, float, float]] = ()) -> None:
   models = sorted({key.removesuffix("/" + METRIC) for point in points for key in point["test_mrr"]})
   figure, axes = plt.subplots(figsize=(6, 4))
   for model in models:
     axes.plot([p["training_entities"] for p in points], [p["test_mrr"][f"{model}/{METRIC}"] for p in points],
               marker="o", label=model)
+  for label, entities, mrr in references:
+    axes.plot([entities], [mrr], marker="x", linestyle="none", markersize=9, label=label)
   axes.set_xlabel("training entities")
   axes.set_ylabel("test MRR")
   axes.set_title(title)
@@ -81,6 +99,13 @@ def plot(points: list[dict], title: str, path: epath.Path) -> None:
 
 def main(argv: list[str]) -> None:
   del argv
+  references = [parse_reference(text) for text in FLAGS.reference]
+  output = epath.Path(FLAGS.output)
+  if FLAGS.plot_only:
+    curve = json.loads(output.read_text())
+    plot(curve["points"], f"{curve['dataset']}: test MRR against training entities", epath.Path(FLAGS.plot),
+         references)
+    return
   config = FLAGS.config
   config_arg = config_flags.get_config_filename(FLAGS["config"])
   overrides = config_flags.get_override_values(FLAGS["config"])
@@ -98,10 +123,9 @@ def main(argv: list[str]) -> None:
                    "training_triples": len(triples), "num_steps": steps, "warmup_steps": warmup,
                    "test_mrr": {key: value for key, value in results.items() if key.endswith("/" + METRIC)}})
     print(json.dumps(points[-1]), flush=True)
-  output = epath.Path(FLAGS.output)
   output.parent.mkdir(parents=True, exist_ok=True)
   output.write_text(json.dumps({"config": config_arg, "dataset": graph.name, "points": points}, indent=1) + "\n")
-  plot(points, f"{graph.name}: test MRR against training entities", epath.Path(FLAGS.plot))
+  plot(points, f"{graph.name}: test MRR against training entities", epath.Path(FLAGS.plot), references)
 
 
 if __name__ == "__main__":
