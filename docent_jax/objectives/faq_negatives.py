@@ -41,17 +41,22 @@ class MiningRules:
       raise ValueError(f"loss.mining.relative_margin must be in [0, 1); got {self.relative_margin}.")
 
 
+def _check_relevant(relevant: np.ndarray, num_items: int, k: int) -> np.ndarray:
+  relevant = np.asarray(relevant, np.int64).reshape(-1)
+  if len(relevant) and (relevant.min() < 0 or relevant.max() >= num_items):
+    raise ValueError(f"Relevant indices must be in [0, {num_items}).")
+  if not 1 <= k <= num_items - 1:
+    raise ValueError(f"Need 1 <= k <= {num_items - 1} (the other items); got k={k}.")
+  return relevant
+
+
 def _check(scores: np.ndarray, relevant: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-  scores, relevant = np.asarray(scores, np.float64), np.asarray(relevant, np.int64)
-  if scores.ndim != 2 or relevant.shape != (scores.shape[0],):
-    raise ValueError(f"Expected scores [Q, N] and relevant [Q]; got {scores.shape} and {relevant.shape}.")
+  scores = np.asarray(scores, np.float64)
+  if scores.ndim != 2 or np.shape(relevant) != (scores.shape[0],):
+    raise ValueError(f"Expected scores [Q, N] and relevant [Q]; got {scores.shape} and {np.shape(relevant)}.")
   if not np.isfinite(scores).all():
     raise ValueError("Scores must be finite.")
-  if len(relevant) and (relevant.min() < 0 or relevant.max() >= scores.shape[1]):
-    raise ValueError(f"Relevant indices must be in [0, {scores.shape[1]}).")
-  if not 1 <= k <= scores.shape[1] - 1:
-    raise ValueError(f"Need 1 <= k <= {scores.shape[1] - 1} (the other items); got k={k}.")
-  return scores, relevant
+  return scores, _check_relevant(relevant, scores.shape[1], k)
 
 
 def mine(scores: np.ndarray, relevant: np.ndarray, answers: Sequence[str], k: int, rules: MiningRules,
@@ -95,8 +100,7 @@ def mine(scores: np.ndarray, relevant: np.ndarray, answers: Sequence[str], k: in
 
 def random_negatives(num_items: int, relevant: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
   """int64 [Q, k]: per query k distinct items other than its relevant one, a uniform draw in random order."""
-  _, relevant = _check(np.zeros((len(np.asarray(relevant).reshape(-1)), num_items)), np.asarray(relevant).reshape(-1),
-                       k)
+  relevant = _check_relevant(relevant, num_items, k)
   # The first k of a random permutation of the num_items - 1 other items, numbered 0.. with the relevant
   # item skipped.
   draws = np.argsort(rng.random((len(relevant), num_items - 1)), axis=1)[:, :k]

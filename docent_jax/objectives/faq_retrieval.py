@@ -14,6 +14,7 @@ The `faq_retrieval` evaluator (`evaluation/`) ranks every FAQ question for each 
 and `<split>/mrr`, by the encoder, or by the lexical baselines (`scorer='tfidf'` or `'bm25'`).
 """
 from collections.abc import Callable
+import functools
 from typing import Any
 
 from absl import logging
@@ -82,13 +83,19 @@ class FaqRetrievalObjective(base.Objective):
     return parallel.map_batches(encode or self.encode, params, tokens,
                                 batch_size=self.config.model.inference_batch_size, mesh=self.mesh, what="texts")
 
-  def retriever_vectors(self, tokens: np.ndarray) -> np.ndarray:
-    """[N, d] vectors of token ids by the retriever of the negatives: the encoder as shipped, mean-pooled."""
+  @functools.cached_property
+  def _retriever(self) -> tuple[Callable[[Any, jax.Array], jax.Array], Any]:
+    """(encode, params) of the encoder as shipped, mean-pooled; loaded once for queries and questions."""
     shipped_config, shipped = pretrained.load_or_create_bert(self.config.model.pretrained or "minilm-l6", {},
                                                              len(self.tokenizer))
     shipped_encoder = bert.BertModel(shipped_config, add_pooler=False)
     encode = lambda p, x: bert.mean_pooled(shipped_encoder, p["bert"], x, pad_token_id=self.tokenizer.pad_token_id)
-    return self.vectors({"bert": shipped}, tokens, encode)
+    return encode, {"bert": shipped}
+
+  def retriever_vectors(self, tokens: np.ndarray) -> np.ndarray:
+    """[N, d] vectors of token ids by the retriever of the negatives: the encoder as shipped, mean-pooled."""
+    encode, params = self._retriever
+    return self.vectors(params, tokens, encode)
 
   def mining_rules(self) -> faq_negatives.MiningRules:
     return faq_negatives.MiningRules(**self.config.loss.get("mining", {}))
@@ -103,10 +110,11 @@ class FaqRetrievalObjective(base.Objective):
       else:
         scores = faq_retrieval.cosine_scores(self.retriever_vectors(self.query_tokens["train"]),
                                              self.retriever_vectors(self.question_tokens))
-        self._negatives, counts = faq_negatives.mine(scores, relevant, self.faq.answers, k, self.mining_rules(), rng)
+        rules = self.mining_rules()
+        self._negatives, counts = faq_negatives.mine(scores, relevant, self.faq.answers, k, rules, rng)
         logging.info("%s: %d retrieved negatives for each of %d training queries (%s); candidates dropped: %s; "
                      "%d negatives of %d queries drawn at random, too few passing.", self.faq.name, k, len(relevant),
-                     self.mining_rules(), ", ".join(f"{rule} {counts[rule]}" for rule in faq_negatives.RULES),
+                     rules, ", ".join(f"{rule} {counts[rule]}" for rule in faq_negatives.RULES),
                      counts["filled_at_random"], counts["queries_filled"])
     return self._negatives
 
