@@ -12,7 +12,7 @@ import ml_collections
 
 from configs import common
 
-VARIANTS = ("multitask", "faq")
+VARIANTS = ("multitask", "faq", "faq_mining")
 # Fine-tuned FAQ models run with this many seeds (the paper reports mean and standard deviation).
 FAQ_SEEDS = 5
 
@@ -23,6 +23,8 @@ def get_config(arg: str = "multitask") -> ml_collections.ConfigDict:
     raise ValueError(f"Unknown universal variant {variant!r}; valid: {list(VARIANTS)}.")
   if variant == "faq":
     return faq_config(faq_source or "stackfaq")
+  if variant == "faq_mining":
+    return faq_mining_config(faq_source or "stackfaq")
   config = ml_collections.ConfigDict()
   config.objective = "universal"
   config.name = "universal_multitask"
@@ -81,6 +83,7 @@ def faq_config(source: str) -> ml_collections.ConfigDict:
   config.data.faq = source
   config.data.test_fraction = 0.5  # Of the queries, where the source does not split them.
   config.data.split_seed = 0  # Fixed across the seeds of the models: every model answers the same test queries.
+  config.data.validation_query_fraction = 0.0  # Of the training queries, held out as 'validation' (0: none).
 
   config.model = common.bert_model()
 
@@ -107,4 +110,28 @@ def faq_config(source: str) -> ml_collections.ConfigDict:
   baselines = {"faq_zero_shot": {"train": {"num_steps": 0}, "evals": model_evals},
                "faq_random": {"loss": {"negatives": "random"}, "evals": model_evals}}
   config.baselines = ml_collections.ConfigDict(baselines)
+  return config
+
+
+# The mining rules compared by `faq_mining` (besides the defaults of `faq_config`), as `loss.mining` overrides.
+MINING_VARIANTS = {
+    "faq_mined_plain": dict(exclude_same_answer=False),  # The plain top k, the paper's retrieval negatives.
+    "faq_mined_margin": dict(relative_margin=0.05),  # NV-Retriever's TopK-PercPos at 95%.
+    "faq_mined_window": dict(range_min=1),  # The top-ranked candidate skipped.
+}
+MINING_SEEDS = 2
+
+
+def faq_mining_config(source: str) -> ml_collections.ConfigDict:
+  """How `loss.mining`'s defaults were chosen: `faq_config`'s runs, trained on the training queries less a held-out
+  fifth (`data.validation_query_fraction`) and scored on that fifth only, with its default rules ('faq_mined'), with each
+  of `MINING_VARIANTS` and with random negatives, each over `MINING_SEEDS` seeds; no test query is read."""
+  config = faq_config(source)
+  config.name = "faq_mined"
+  config.num_seeds = MINING_SEEDS
+  config.data.validation_query_fraction = 0.2
+  config.evals = ml_collections.ConfigDict(dict(validation=common.evaluator("faq_retrieval", split="validation")))
+  config.baselines = ml_collections.ConfigDict(
+      {"faq_random": {"loss": {"negatives": "random"}},
+       **{name: {"loss": {"mining": rules}} for name, rules in MINING_VARIANTS.items()}})
   return config

@@ -65,6 +65,7 @@ RANGES: tuple[Rule, ...] = tuple((pattern, *check) for pattern, check in (
     ("data.augmentation_probability", fraction),
     ("data.validation_fraction", open_fraction),
     ("data.test_fraction", open_fraction),
+    ("data.validation_query_fraction", below_one),  # 0: no validation queries.
     ("data.train_entity_fraction", open_fraction),
     ("data.max_pairs_per_class", at_least(0)),  # 0: no cap.
     ("data.task_ratio.*", at_least(0)),

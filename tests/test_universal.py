@@ -8,7 +8,9 @@ import jax
 import numpy as np
 import pytest
 
+from configs import universal
 import docent_jax
+from docent_jax import config_schema
 from docent_jax import experiment
 from docent_jax import parallel
 from docent_jax import predict
@@ -168,6 +170,31 @@ def test_retrieved_negatives_never_hold_an_item_with_the_right_answer(tmp_path):
   config.loss.mining.exclude_same_answer = False  # The plain top 4: the twin is among them.
   plain = trainers.Trainer(config, "unused").objective.negatives()
   assert all(twin_of[objective.faq.relevant["train"][q]] in plain[q] for q in queries)
+
+
+def test_the_mining_config_holds_out_validation_queries_and_never_reads_the_test_ones(tmp_path):
+  faq_dir = universal_fixtures.write_faq(tmp_path / "faq")
+  config = universal_fixtures.tiny_faq_config(faq_dir, tmp_path / "tfds")
+  full = trainers.Trainer(config, "unused").objective.faq
+  mining = universal.get_config(f"faq_mining,{faq_dir}")
+  assert {name: dict(entry) for name, entry in mining.evals.items()} == {
+      "validation": {"type": "faq_retrieval", "every_steps": 0, "split": "validation"}}
+  runs = {run.name: run for run in experiment.model_configs(mining)}
+  assert {run.loss.negatives for run in runs.values()} == {"retrieved", "random"}
+  assert runs["faq_mined_plain"].loss.mining.exclude_same_answer is False
+  assert runs["faq_mined_margin"].loss.mining.relative_margin > 0 and runs["faq_mined_window"].loss.mining.range_min
+  config.data.validation_query_fraction = mining.data.validation_query_fraction
+  held_out = trainers.Trainer(config, "unused").objective.faq
+  # A fifth of the 24 training queries (with their items) move to validation; test is untouched.
+  assert (len(held_out.queries["validation"]), len(held_out.queries["train"])) == (5, 19)
+  pairs = lambda faq, split: set(zip(faq.queries[split], faq.relevant[split].tolist()))
+  assert pairs(held_out, "validation") | pairs(held_out, "train") == pairs(full, "train")
+  assert not pairs(held_out, "validation") & pairs(held_out, "train")
+  assert pairs(held_out, "test") == pairs(full, "test")
+  assert held_out.fingerprint() != full.fingerprint()
+  config.data.validation_query_fraction = 1.0
+  with pytest.raises(config_schema.ConfigError, match="validation_query_fraction"):
+    trainers.Trainer(config, "unused")
 
 
 def test_the_faq_diagnostic_finds_the_twin_and_what_the_rules_drop(tmp_path):

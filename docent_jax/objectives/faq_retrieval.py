@@ -47,7 +47,8 @@ class FaqRetrievalObjective(base.Objective):
       raise ValueError(f"config.loss.negatives = {config.loss.negatives!r}; valid: {list(NEGATIVES)}.")
     data = config.data
     self.faq = universal_corpus.load_faq(data.faq, data_dir=data.tfds_data_dir, manual_dir=data.manual_dir,
-                                         test_fraction=data.test_fraction, seed=data.split_seed)
+                                         test_fraction=data.test_fraction, seed=data.split_seed,
+                                         validation_fraction=data.validation_query_fraction)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
     self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, len(self.tokenizer))
     self.question_tokens = self.tokenize(self.faq.questions)

@@ -141,7 +141,8 @@ def load_phrase_task(pack: str, *, data_dir: epath.PathLike | None, max_pairs_pe
 
 @dataclasses.dataclass(frozen=True)
 class FaqSet:
-  """FAQ items and the queries of each split ('train', 'test'), with the index of the item each asks for."""
+  """FAQ items and the queries of each split ('train', 'test', and 'validation' where some training queries are
+  held out), with the index of the item each asks for."""
   name: str
   questions: list[str]
   answers: list[str]
@@ -157,9 +158,10 @@ class FaqSet:
 
 
 def load_faq(source: str, *, data_dir: epath.PathLike | None, manual_dir: epath.PathLike | None,
-             test_fraction: float, seed: int) -> FaqSet:
+             test_fraction: float, seed: int, validation_fraction: float = 0.0) -> FaqSet:
   """A FAQ set: 'stackfaq' (from `FAQ_MANUAL_SUBDIR` of `manual_dir`, else downloaded) or a FAQ directory
-  (see `faq.read_faq_directory`); queries without a split are drawn into train and test by `seed`."""
+  (see `faq.read_faq_directory`); queries without a split are drawn into train and test by `seed`, and
+  `validation_fraction` of the training queries (0: none) into 'validation', also by `seed`."""
   if source == "stackfaq":
     config = builders.faq_config(None, test_fraction, seed)
     source_manual_dir = epath.Path(manual_dir) / FAQ_MANUAL_SUBDIR if manual_dir else None
@@ -177,5 +179,22 @@ def load_faq(source: str, *, data_dir: epath.PathLike | None, manual_dir: epath.
     columns = tfds_loading.read_columns(splits[f"{split}_queries"], ("query", "faq_index"))
     queries[split] = columns["query"]
     relevant[split] = np.asarray(columns["faq_index"], np.int64).reshape(-1)
+  if validation_fraction:
+    _hold_out_validation(queries, relevant, validation_fraction, seed)
   return FaqSet(f"{builder.name}/{builder.builder_config.name}", items["question"], items["answer"], queries,
                 relevant)
+
+
+def _hold_out_validation(queries: dict[str, list[str]], relevant: dict[str, np.ndarray], fraction: float,
+                         seed: int) -> None:
+  """Moves a seeded draw of `fraction` of the training queries into a 'validation' split, both in file order."""
+  if not 0 < fraction < 1:
+    raise ValueError(f"A validation fraction must lie in [0, 1) (0: no validation split); got {fraction}.")
+  order = np.random.default_rng(seed).permutation(len(queries["train"]))
+  held = round(fraction * len(order))
+  if not 0 < held < len(order):
+    raise ValueError(f"A validation fraction {fraction} of {len(order)} training queries leaves a split "
+                     "without queries.")
+  for split, rows in (("validation", np.sort(order[:held])), ("train", np.sort(order[held:]))):
+    queries[split] = [queries["train"][row] for row in rows]
+    relevant[split] = relevant["train"][rows]
