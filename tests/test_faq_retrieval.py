@@ -4,6 +4,7 @@ import pytest
 
 from docent_jax.evaluation import faq_retrieval
 from docent_jax.evaluation import metrics
+from docent_jax.inference import search
 
 # Every document has three words; "account" is in three of them, "refund" only in the last.
 DOCUMENTS = ["account login help", "account email change", "account close now", "refund status check"]
@@ -56,10 +57,10 @@ def test_cosine_scores_match_a_direct_computation():
   queries, items = rng.normal(size=(3, 5)), rng.normal(size=(4, 5))
   items[2] = 0.0
   expected = [[q @ v / (np.linalg.norm(q) * np.linalg.norm(v)) if v.any() else 0.0 for v in items] for q in queries]
-  np.testing.assert_allclose(faq_retrieval.cosine_scores(queries, items), expected, atol=1e-12)
-  np.testing.assert_allclose(faq_retrieval.cosine_scores(7.0 * queries, items), expected, atol=1e-12)
+  np.testing.assert_allclose(search.cosine_scores(queries, items), expected, atol=1e-12)
+  np.testing.assert_allclose(search.cosine_scores(7.0 * queries, items), expected, atol=1e-12)
   with pytest.raises(ValueError, match="Expected query vectors"):
-    faq_retrieval.cosine_scores(queries, items[:, :4])
+    search.cosine_scores(queries, items[:, :4])
 
 
 @pytest.mark.parametrize("scorer", [faq_retrieval.tfidf_scores, faq_retrieval.bm25_scores])

@@ -84,11 +84,11 @@ def test_labels_on_random_graphs_with_cycles_match_union_find():
 
 
 @pytest.mark.parametrize("pairs, message", [
-    (np.array([[0, 1, 1], [0, 9, 0]]), "row 1: offer \\[0, 9\\] outside \\[0, 5\\)"),
-    (np.array([[0, 1, 1], [2, -1, 1]]), "row 1: offer"),
+    (np.array([[0, 1, 1], [0, 9, 0]]), "correspondence pairs row 1: offer indices \\[0, 9\\] are outside \\[0, 5\\)"),
+    (np.array([[0, 1, 1], [2, -1, 1]]), "row 1: offer indices"),
     (np.array([[0, 1, 2]]), "row 0: label 2 is not 0 or 1"),
     (np.array([[0, 1]]), "\\[m, 3\\]"),
-    (np.array([[0.0, 1.0, 1.0]]), "integer"),
+    (np.array([[0.0, 1.0, 1.0]]), "non-empty int array"),
 ])
 def test_bad_pairs_are_rejected_with_the_row(pairs, message):
   with pytest.raises(ValueError, match=message):

@@ -4,7 +4,9 @@ import pytest
 from sklearn import metrics as sklearn_metrics
 
 from docent_jax.data import tokenization
+from docent_jax.data.offers import labels as offer_labels
 from docent_jax.evaluation import pair_matching
+from docent_jax.models import pair_probe
 from docent_jax.models import pretrained
 
 
@@ -15,15 +17,15 @@ def tokenizer():
 
 def test_pairs_are_checked_with_split_and_row():
   good = np.array([[0, 1, 1], [2, 0, 0]])
-  assert pair_matching.check_pairs(good, 3, "train").dtype == np.int64
+  assert offer_labels.check_pairs(good, 3, "train").dtype == np.int64
   with pytest.raises(ValueError, match=r"test pairs row 1: offer indices \[3, 0\] are outside \[0, 3\)"):
-    pair_matching.check_pairs(np.array([[0, 1, 1], [3, 0, 0]]), 3, "test")
+    offer_labels.check_pairs(np.array([[0, 1, 1], [3, 0, 0]]), 3, "test")
   with pytest.raises(ValueError, match="validation pairs row 0: label 2 is not 0 or 1"):
-    pair_matching.check_pairs(np.array([[0, 1, 2]]), 3, "validation")
+    offer_labels.check_pairs(np.array([[0, 1, 2]]), 3, "validation")
   with pytest.raises(ValueError, match=r"train pairs: expected a non-empty int array \[m, 3\]"):
-    pair_matching.check_pairs(np.zeros((0, 3), np.int64), 3, "train")
+    offer_labels.check_pairs(np.zeros((0, 3), np.int64), 3, "train")
   with pytest.raises(ValueError, match="non-empty int array"):
-    pair_matching.check_pairs(good.astype(np.float32), 3, "train")
+    offer_labels.check_pairs(good.astype(np.float32), 3, "train")
 
 
 def test_tokenize_pairs_gives_token_types_and_cuts_the_longer_text_first(tokenizer):
@@ -65,15 +67,16 @@ def test_linear_probe_learns_matches_from_the_pair_features_and_picks_c_on_valid
     right = np.where(rng.random(300) < 0.3, offers[0] + 4 * ((left - offers[0]) // 4) + rng.integers(0, 4, 300),
                      rng.choice(offers, 300))
     pairs[split] = np.stack([left, right, product_of[left] == product_of[right]], axis=1).astype(np.int64)
-  probe = pair_matching.fit_linear_probe(vectors, pairs, c_values=(1e-4, 1.0, 100.0))
-  assert probe.metrics["test"]["f1"] > 0.9
+  probe = pair_probe.fit_linear_probe(vectors, pairs, c_values=(1e-4, 1.0, 100.0))
+  test_f1 = pair_matching.match_metrics(probe.logits["test"], pairs["test"][:, 2])["f1"]
+  assert test_f1 > 0.9
   assert probe.c != 1e-4  # Far too strong a regularisation predicts no match: it is not chosen.
-  features = pair_matching.pair_features(vectors[pairs["test"][:, 0]], vectors[pairs["test"][:, 1]])
-  logits = features @ probe.weights + probe.bias
-  assert pair_matching.match_metrics(logits, pairs["test"][:, 2])["f1"] == pytest.approx(probe.metrics["test"]["f1"])
+  # The logits are those of the head the probe's weights give (`model.head_init = 'probe'`).
+  features = pair_probe.pair_features(vectors, pairs["test"])
+  np.testing.assert_allclose(features @ probe.weights + probe.bias, probe.logits["test"], rtol=1e-4, atol=1e-4)
   with pytest.raises(ValueError, match="needs a 'validation' split"):
-    pair_matching.fit_linear_probe(vectors, {"train": pairs["train"]})
+    pair_probe.fit_linear_probe(vectors, {"train": pairs["train"]})
   # A validation split without a match would choose C on F1 = 0 for every C.
   no_match = pairs["validation"][pairs["validation"][:, 2] == 0]
   with pytest.raises(ValueError, match=r"validation pairs: none of the \d+ is a match.*the probe's C would be chosen"):
-    pair_matching.fit_linear_probe(vectors, {**pairs, "validation": no_match})
+    pair_probe.fit_linear_probe(vectors, {**pairs, "validation": no_match})

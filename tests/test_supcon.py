@@ -19,6 +19,7 @@ from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.data.offers import labels as offer_labels
 from docent_jax.data.offers import sampling as offer_sampling
 from docent_jax.evaluation import pair_matching
+from docent_jax.models import pair_probe
 from docent_jax.objectives import supcon
 import test_offer_files
 import tiny_training
@@ -121,7 +122,7 @@ def test_trained_encoder_starts_from_the_frozen_encoders_probe_when_configured(p
   pretraining = trainers.Trainer(runs["supcon"], tmp_path / "supcon")
   params = pretraining.initial_state().params
   parent = pretraining.objective.model(params)
-  probe = pair_matching.linear_probe(parent, pretraining.objective.evaluation_data())
+  probe = pair_probe.linear_probe(parent, pretraining.objective.evaluation_data())
   stage = trainers.Trainer(runs["supcon_trained"], tmp_path / "supcon_trained")
   stage.objective.start_from(parent)
   head = stage.initial_state().params["head"]["output"]
@@ -132,7 +133,9 @@ def test_trained_encoder_starts_from_the_frozen_encoders_probe_when_configured(p
   if head_init == "probe":  # The classifier then scores as the probe does.
     found = pair_matching.classify_pairs(stage.objective.model(stage.initial_state().params),
                                          stage.objective.evaluation_data(), "test")
-    assert found["test/loss"] == pytest.approx(probe.metrics["test"]["loss"], rel=1e-4)
+    test_pairs = stage.objective.evaluation_data().pairs["test"]
+    assert found["test/loss"] == pytest.approx(pair_matching.match_metrics(probe.logits["test"], test_pairs[:, 2])["loss"],
+                                               rel=1e-4)
 
 
 def test_every_model_of_the_config_trains_and_reports(supcon_run):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from docent_jax import parallel
+from docent_jax.data.reviews import tag_labels
 from docent_jax.models import tag_scorers
 from docent_jax.evaluation import tag_prediction
 from docent_jax.models import bert
@@ -63,7 +64,7 @@ def test_classifier_learns_a_toy_task_from_fixed_entity_rows():
   initial = {"bert": bert_params, "head": head}
   train_rows, train_votes = toy_task(24, seed=1)  # Entity rows near one of 4 directions, one per tag.
   test_rows, test_votes = toy_task(12, seed=2)
-  label_set = tag_prediction.LabelSet("tags", _TAGS, np.concatenate([train_votes, test_votes]), vote_threshold=1)
+  label_set = tag_labels.LabelSet("tags", _TAGS, np.concatenate([train_votes, test_votes]), vote_threshold=1)
   test_movies = np.arange(24, 36)
   tag_tokens = tag_scorers.label_tokens(tokenizer, _TAGS, 16)
   auc = lambda scores: tag_prediction.evaluate_label_scores(scores, label_set, test_movies)["auc"]

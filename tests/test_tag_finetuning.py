@@ -7,6 +7,7 @@ import optax
 import pytest
 
 from docent_jax import optim
+from docent_jax.data.reviews import tag_labels
 from docent_jax.models import tag_scorers
 from docent_jax.evaluation import tag_prediction
 from docent_jax.models import bert
@@ -99,7 +100,7 @@ def test_finetuned_tag_encoder_learns_a_toy_task():
   tag_tokens = tag_scorers.label_tokens(pretrained.load_tokenizer("minilm-l6"), _TAGS, 8)
   train_vectors, train_votes = toy_task(24, seed=1)
   test_vectors, test_votes = toy_task(12, seed=2)
-  label_set = tag_prediction.LabelSet("tags", _TAGS, np.concatenate([train_votes, test_votes]), vote_threshold=2)
+  label_set = tag_labels.LabelSet("tags", _TAGS, np.concatenate([train_votes, test_votes]), vote_threshold=2)
   test_movies = np.arange(24, 36)
   metrics = lambda p: tag_prediction.evaluate_label_scores(scorer.scores(p, test_vectors, tag_tokens), label_set,
                                                            test_movies)
@@ -111,5 +112,5 @@ def test_finetuned_tag_encoder_learns_a_toy_task():
   assert trained["p@1"] == pytest.approx(1.0)
   assert trained["num_entities"] == 8  # The 4 test movies with a single vote are below the threshold.
   # No test movie reaches the threshold: nothing is reported.
-  strict = tag_prediction.LabelSet("tags", _TAGS, label_set.votes, vote_threshold=4)
+  strict = tag_labels.LabelSet("tags", _TAGS, label_set.votes, vote_threshold=4)
   assert tag_prediction.evaluate_label_scores(np.zeros((12, 4)), strict, test_movies) == {"num_entities": 0}

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from docent_jax.data.reviews import files as review_files
+from docent_jax.data.reviews import tag_labels
 from docent_jax.evaluation import tag_prediction
 
 # Movie 0: positives (>= 2 votes) tags 0 and 3, ranked 1st and 3rd. Movie 1: positive tag 1, ranked
@@ -86,15 +87,15 @@ def test_tfidf_tag_scores():
 
 
 def test_split_tag_vocabulary_is_seeded_and_nested():
-  train, heldout = tag_prediction.split_tag_vocabulary(10, 0.7, seed=3)
+  train, heldout = tag_labels.split_tag_vocabulary(10, 0.7, seed=3)
   assert len(train) == 7 and len(heldout) == 3
   np.testing.assert_array_equal(np.sort(np.concatenate([train, heldout])), np.arange(10))
-  np.testing.assert_array_equal(train, tag_prediction.split_tag_vocabulary(10, 0.7, seed=3)[0])
-  smaller, larger_heldout = tag_prediction.split_tag_vocabulary(10, 0.3, seed=3)
+  np.testing.assert_array_equal(train, tag_labels.split_tag_vocabulary(10, 0.7, seed=3)[0])
+  smaller, larger_heldout = tag_labels.split_tag_vocabulary(10, 0.3, seed=3)
   assert set(smaller) < set(train) and set(heldout) < set(larger_heldout)
-  assert not np.array_equal(train, tag_prediction.split_tag_vocabulary(10, 0.7, seed=4)[0])
+  assert not np.array_equal(train, tag_labels.split_tag_vocabulary(10, 0.7, seed=4)[0])
   with pytest.raises(ValueError, match="no training or no held-out tag"):
-    tag_prediction.split_tag_vocabulary(10, 0.01, seed=0)
+    tag_labels.split_tag_vocabulary(10, 0.01, seed=0)
 
 
 def test_movielens_popularity_beats_random(shared_data_dir):

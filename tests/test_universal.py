@@ -18,6 +18,7 @@ from docent_jax import trainer as trainers
 from docent_jax.data.universal import sampling
 from docent_jax.evaluation import faq_retrieval
 from docent_jax.evaluation import pair_tasks
+from docent_jax.inference import search
 import tiny_training
 import universal_fixtures
 
@@ -145,7 +146,7 @@ def test_faq_negatives_never_hold_the_right_item_and_retrieved_ones_follow_the_p
   shipped.model.pretrained = "minilm-l6"
   trainer = trainers.Trainer(shipped, "unused")
   params = trainer.initial_state().params
-  scores = faq_retrieval.cosine_scores(trainer.objective.vectors(params, retrieved.query_tokens["train"]),
+  scores = search.cosine_scores(trainer.objective.vectors(params, retrieved.query_tokens["train"]),
                                        trainer.objective.vectors(params, retrieved.question_tokens))
   for query, chosen in enumerate(negatives):
     others = np.setdiff1d(np.arange(scores.shape[1]), [*chosen, relevant[query]])

@@ -24,7 +24,7 @@ import tensorflow_datasets as tfds
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))  # configs/, as docent_jax.main finds it.
 from docent_jax import trainer as trainers  # pylint: disable=g-import-not-at-top
 from docent_jax.data.universal import faq as faq_files  # pylint: disable=g-import-not-at-top
-from docent_jax.evaluation import faq_retrieval  # pylint: disable=g-import-not-at-top
+from docent_jax.inference import search  # pylint: disable=g-import-not-at-top
 from docent_jax.objectives import faq_negatives  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
@@ -46,10 +46,10 @@ def diagnose(objective, near_duplicate: float) -> dict:
   groups = faq_files.answer_groups(faq.answers)
   shared = [np.flatnonzero(groups == g).tolist() for g in np.unique(groups) if np.count_nonzero(groups == g) > 1]
   question_vectors = objective.retriever_vectors(objective.question_tokens)
-  question_cosines = faq_retrieval.cosine_scores(question_vectors, question_vectors)
+  question_cosines = search.cosine_scores(question_vectors, question_vectors)
   first, second = np.nonzero(np.triu(question_cosines >= near_duplicate, k=1))
   relevant, k = faq.relevant["train"], config.loss.num_negatives
-  scores = faq_retrieval.cosine_scores(objective.retriever_vectors(objective.query_tokens["train"]), question_vectors)
+  scores = search.cosine_scores(objective.retriever_vectors(objective.query_tokens["train"]), question_vectors)
   rng = np.random.default_rng(config.seed)
   plain, _ = faq_negatives.mine(scores, relevant, [str(i) for i in range(len(groups))], k,
                                 faq_negatives.MiningRules(), rng)

@@ -25,6 +25,7 @@ from docent_jax.data.universal import faq as faq_files
 from docent_jax.evaluation import bm25
 from docent_jax.evaluation import metrics
 from docent_jax.evaluation import registry
+from docent_jax.inference import search
 
 # How an evaluation scores a query against a FAQ question: the model's encoder, or a lexical baseline.
 SCORERS = ("encoder", "tfidf", "bm25")
@@ -72,20 +73,6 @@ def retrieval_metrics(scores: np.ndarray, relevant: np.ndarray,
   return found
 
 
-def cosine_scores(query_vectors: np.ndarray, item_vectors: np.ndarray) -> np.ndarray:
-  """[Q, N] float64 cosine of each query vector [Q, d] with each item vector [N, d]; 0 for a zero vector."""
-  query_vectors, item_vectors = np.asarray(query_vectors, np.float64), np.asarray(item_vectors, np.float64)
-  if query_vectors.ndim != 2 or item_vectors.ndim != 2 or query_vectors.shape[1] != item_vectors.shape[1]:
-    raise ValueError(f"Expected query vectors [Q, d] and item vectors [N, d]; got {query_vectors.shape} and "
-                     f"{item_vectors.shape}.")
-
-  def normalize(x: np.ndarray) -> np.ndarray:
-    # A zero vector has no direction; it gets cosine 0 with everything rather than NaN.
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-
-  return normalize(query_vectors) @ normalize(item_vectors).T
-
-
 def tfidf_scores(queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
   """[Q, N] float64 cosine of TF-IDF vectors of queries and documents, IDF fitted on the documents.
 
@@ -114,6 +101,6 @@ def rank_faq(model: Any, faq: universal_corpus.FaqSet, split: str = "test", scor
   elif scorer == "bm25":
     scores = bm25_scores(queries, questions)
   else:
-    scores = cosine_scores(model.encode(queries), model.encode(questions))
+    scores = search.cosine_scores(model.encode(queries), model.encode(questions))
   found = retrieval_metrics(scores, faq.relevant[split], faq_files.answer_groups(faq.answers))
   return {f"{split}/{key}": value for key, value in found.items()}

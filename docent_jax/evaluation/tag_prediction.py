@@ -11,7 +11,7 @@ Protocol (Zemlyanskiy et al., EACL 2021):
   * Closed vocabulary: a tag scorer fit on the training movies scores every tag of the held-out
     (test) movies.
   * Open vocabulary: the tags are held out, not the movies. The tags are split into training and
-    held-out tags (`split_tag_vocabulary`); a tag scorer fit on every movie's training tags scores
+    held-out tags (`data.reviews.tag_labels.split_tag_vocabulary`); a tag scorer fit on every movie's training tags scores
     the held-out tags (never seen in fitting) and, for reference, the training tags of every movie.
     One seed gives nested splits, so runs at several training fractions make a curve over the
     number of training tags; the tags held out at its largest fraction are held out at every point,
@@ -22,7 +22,6 @@ The metrics take score matrices, so the same code scores every model (`tag_predi
 of the tag words in a movie's reviews); bag of sentences is the mean of sentence-level predictions.
 """
 from collections.abc import Callable, Mapping, Sequence
-import dataclasses
 from typing import Any
 
 from absl import logging
@@ -32,6 +31,7 @@ from sklearn import metrics as sklearn_metrics
 from sklearn.feature_extraction import text as sklearn_text
 
 from docent_jax.data.reviews import corpus as review_corpus
+from docent_jax.data.reviews import tag_labels
 from docent_jax.evaluation import metrics
 from docent_jax.evaluation import registry
 
@@ -198,29 +198,7 @@ def bag_of_sentences_scores(sentence_scores: np.ndarray, sentence_entity: np.nda
   return np.asarray(averaging @ sentence_scores, np.float32)
 
 
-def split_tag_vocabulary(num_tags: int, train_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-  """Seeded split of tag indices into (training tags, held-out tags), each sorted.
-
-  One seed gives nested splits: the training tags of a smaller fraction are a subset of those of a
-  larger one, so points of a curve over fractions differ only by the fraction.
-  """
-  num_train = int(round(train_fraction * num_tags))
-  if not 0 < num_train < num_tags:
-    raise ValueError(f"train_fraction {train_fraction} of {num_tags} tags leaves no training or no held-out tag.")
-  permutation = np.random.default_rng(seed).permutation(num_tags)
-  return np.sort(permutation[:num_train]), np.sort(permutation[num_train:])
-
-
-@dataclasses.dataclass(frozen=True)
-class LabelSet:
-  """Texts of the labels of one task and their [E, T] int votes; positive at `vote_threshold` votes."""
-  name: str
-  texts: list[str]
-  votes: np.ndarray
-  vote_threshold: int
-
-
-def _evaluable(votes: np.ndarray, label_set: LabelSet) -> bool:
+def _evaluable(votes: np.ndarray, label_set: tag_labels.LabelSet) -> bool:
   """Whether some movie has both a positive and a negative label (else no metric is defined; logged)."""
   labels = votes >= label_set.vote_threshold
   if (labels.any(axis=1) & (~labels).any(axis=1)).any():
@@ -230,7 +208,7 @@ def _evaluable(votes: np.ndarray, label_set: LabelSet) -> bool:
   return False
 
 
-def evaluate_label_scores(scores: np.ndarray, label_set: LabelSet, movies: np.ndarray,
+def evaluate_label_scores(scores: np.ndarray, label_set: tag_labels.LabelSet, movies: np.ndarray,
                           tags: np.ndarray | None = None) -> dict[str, float | int]:
   """Tag-prediction metrics of [len(movies), len(tags)] scores (tags: all by default).
 
@@ -243,37 +221,12 @@ def evaluate_label_scores(scores: np.ndarray, label_set: LabelSet, movies: np.nd
   return evaluate_tag_predictions(scores, votes, vote_threshold=label_set.vote_threshold, ks=KS)
 
 
-def label_sets(corpus: review_corpus.ReviewCorpus, tag_vote_threshold: int) -> list[LabelSet]:
-  """MovieLens tags (votes; positive at `tag_vote_threshold`) and genres (one vote each), those the corpus has."""
-  sets = [LabelSet("tags", list(corpus.tags), corpus.tag_votes.toarray(), tag_vote_threshold),
-          LabelSet("genres", list(corpus.genres), corpus.genre_labels.astype(np.int32), 1)]
-  return [label_set for label_set in sets if label_set.texts]
-
-
 # Open-vocabulary runs report fewer numbers: the ones of the paper's curve.
 OPEN_VOCABULARY_METRICS = ("map", "auc", "p@5", "ndcg@10", "num_entities")
 
 
-@dataclasses.dataclass(frozen=True)
-class TagTask:
-  """One tag-prediction task of a fine-tuning run: a label set, the labels the scorer was fit on, the labels held
-  out of fitting (none for a closed vocabulary) and the items scored (movies, or their sampled sentences).
-
-  Closed vocabulary: the items are those of the held-out movies (split 'test'). Open vocabulary: the labels are
-  held out instead of the movies, so the items are those of every movie (split 'all').
-  """
-  label_set: LabelSet
-  train_tags: np.ndarray
-  heldout_tags: np.ndarray
-  common_tags: np.ndarray  # Held-out labels every point of a curve shares, also scored on their own (or none).
-  vocabulary_fraction: float
-  split: str  # Which movies the items are: 'test' or 'all'; the split of the reported keys.
-  items: np.ndarray  # Rows of the model's item vectors.
-  item_entity: np.ndarray  # The movie of each item.
-
-
 @registry.register("tag_prediction")
-def predict_tags(model: Any, task: TagTask) -> dict[str, float]:
+def predict_tags(model: Any, task: tag_labels.TagTask) -> dict[str, float]:
   """A tag scorer's predictions for the task's movies (a movie's scores: its item's, or the mean of its
   sentences'). Closed vocabulary: `<split>/<label set>_<metric>` over every label. Open vocabulary:
   `<split>/<label set>_open<fraction>_<metric>` over the held-out labels, `..._open<fraction>_seen_<metric>` over
@@ -302,11 +255,11 @@ def predict_tags(model: Any, task: TagTask) -> dict[str, float]:
 
 
 def _baseline(data: review_corpus.ReviewEvaluation,
-              scores_of: Callable[[LabelSet, np.ndarray, np.ndarray], np.ndarray]) -> dict[str, float]:
+              scores_of: Callable[[tag_labels.LabelSet, np.ndarray, np.ndarray], np.ndarray]) -> dict[str, float]:
   corpus = data.corpus
   train_movies, test_movies = corpus.entity_split["train"], corpus.entity_split["test"]
   results = {}
-  for label_set in label_sets(corpus, data.tag_vote_threshold):
+  for label_set in tag_labels.label_sets(corpus, data.tag_vote_threshold):
     found = evaluate_label_scores(scores_of(label_set, train_movies, test_movies), label_set, test_movies)
     results.update({f"test/{label_set.name}_{k}": v for k, v in found.items()})
   return results

@@ -16,6 +16,8 @@
   project's TensorFlow. Vectors without cluster structure defeat every index: there, use `ExactSearch`.
   The index is saved as a directory (`index.faiss`, `index.json`) through `etils.epath`, so a run
   directory on gs:// holds it too (`RunDir.search_index_dir`, next to the run).
+* `cosine_scores`: every query against every item on the host, for sets small enough to score whole (a FAQ's
+  questions, both when its evaluation ranks them and when its training mines negatives).
 """
 import dataclasses
 import functools
@@ -52,6 +54,20 @@ def _normalize_rows(rows: np.ndarray) -> np.ndarray:
   """Unit rows as in `entity_table.l2_normalize` (a zero row stays zero), on host."""
   rows = np.asarray(rows, np.float32)
   return rows / np.sqrt(np.maximum(np.sum(rows * rows, axis=-1, keepdims=True), 1e-24))
+
+
+def cosine_scores(query_vectors: np.ndarray, item_vectors: np.ndarray) -> np.ndarray:
+  """[Q, N] float64 cosine of each query vector [Q, d] with each item vector [N, d]; 0 for a zero vector."""
+  query_vectors, item_vectors = np.asarray(query_vectors, np.float64), np.asarray(item_vectors, np.float64)
+  if query_vectors.ndim != 2 or item_vectors.ndim != 2 or query_vectors.shape[1] != item_vectors.shape[1]:
+    raise ValueError(f"Expected query vectors [Q, d] and item vectors [N, d]; got {query_vectors.shape} and "
+                     f"{item_vectors.shape}.")
+
+  def normalize(x: np.ndarray) -> np.ndarray:
+    # A zero vector has no direction; it gets cosine 0 with everything rather than NaN.
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+  return normalize(query_vectors) @ normalize(item_vectors).T
 
 
 def _merge(scores: jax.Array, indices: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:

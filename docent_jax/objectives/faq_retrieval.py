@@ -29,7 +29,7 @@ from docent_jax import parallel
 from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.data.universal import corpus as universal_corpus
-from docent_jax.evaluation import faq_retrieval
+from docent_jax.inference import search
 from docent_jax.models import bert
 from docent_jax.models import pretrained
 from docent_jax.objectives import base
@@ -109,7 +109,7 @@ class FaqRetrievalObjective(base.Objective):
       if self.config.loss.negatives == "random":
         self._negatives = faq_negatives.random_negatives(len(self.faq.questions), relevant, k, rng)
       else:
-        scores = faq_retrieval.cosine_scores(self.retriever_vectors(self.query_tokens["train"]),
+        scores = search.cosine_scores(self.retriever_vectors(self.query_tokens["train"]),
                                              self.retriever_vectors(self.question_tokens))
         rules = self.mining_rules()
         self._negatives, counts = faq_negatives.mine(scores, relevant, self.faq.answers, k, rules, rng)

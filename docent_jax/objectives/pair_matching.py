@@ -23,8 +23,9 @@ import optax
 from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.data.offers import corpus as offer_corpus
-from docent_jax.evaluation import pair_matching
+from docent_jax.data.offers import labels as offer_labels
 from docent_jax.inference import pair_matching as pair_matching_model
+from docent_jax.models import pair_probe
 from docent_jax.models import pretrained
 from docent_jax.objectives import base
 
@@ -41,7 +42,7 @@ class PairMatchingObjective(base.Objective):
     self.corpus = offer_corpus.load_offer_corpus(config.data.dataset, data_dir=config.data.tfds_data_dir,
                                                  manual_dir=config.data.manual_dir)
     best_metric = config.train.best_metric
-    self.pairs = {split: pair_matching.check_pairs(
+    self.pairs = {split: offer_labels.check_pairs(
         p, self.corpus.num_offers, f"{config.data.dataset} {split}",
         f"the best step (train.best_metric {best_metric})" if best_metric.startswith(f"{split}/") else "")
         for split, p in self.corpus.pairs.items()}
@@ -79,7 +80,7 @@ class PairMatchingObjective(base.Objective):
     if self.config.model.get("head_init", "fresh") != "probe":
       return self.parent.params
     try:
-      probe = pair_matching.linear_probe(self.parent, self.corpus)
+      probe = pair_probe.linear_probe(self.parent, self.corpus)
     except TypeError as error:
       raise ValueError(f"config.model.head_init = 'probe': the model_init run has no offer vectors to probe "
                        f"({error}); use head_init 'fresh'.") from None

@@ -4,7 +4,7 @@ pairs trained against the frozen entity vectors of the DOCENT model the run star
 One run per task of `config.tags`: a label set ('tags': MovieLens tags, 'genres') and the fraction of
 its vocabulary trained on. 1.0, closed vocabulary: fit on the training movies, every label scored on the
 held-out (test) movies. Below 1, open vocabulary: the labels are held out instead of the movies
-(`tag_prediction.split_tag_vocabulary`, seeded by `config.seed`, so the splits of several fractions are
+(`tag_labels.split_tag_vocabulary`, seeded by `config.seed`, so the splits of several fractions are
 nested): fit on every movie's training labels, the held-out labels scored on every movie, and also those
 held out at `tags.common_heldout_fraction` (if set: the held-out labels every point of a curve shares, so
 that its points are scored on the same labels too). The items scored are
@@ -33,7 +33,7 @@ import numpy as np
 from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.data.reviews import corpus as review_corpus
-from docent_jax.evaluation import tag_prediction
+from docent_jax.data.reviews import tag_labels
 from docent_jax.inference import movies
 from docent_jax.models import bert
 from docent_jax.models import docent_full
@@ -70,19 +70,19 @@ class TagFinetuningObjective(base.Objective):
                        f"{common_fraction}.")
     self.corpus = review_corpus.load_review_corpus(
         config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
-    found = {s.name: s for s in tag_prediction.label_sets(self.corpus, config.data.tag_vote_threshold)}
+    found = {s.name: s for s in tag_labels.label_sets(self.corpus, config.data.tag_vote_threshold)}
     if task.label_set not in found:
       raise base.SkipRun(f"{self.corpus.name} has no {task.label_set}.")
     self.label_set = found[task.label_set]
     num_labels = len(self.label_set.texts)
     movie_split = self.corpus.entity_split
     if task.vocabulary_fraction < 1.0:
-      self.train_tags, self.heldout_tags = tag_prediction.split_tag_vocabulary(
+      self.train_tags, self.heldout_tags = tag_labels.split_tag_vocabulary(
           num_labels, task.vocabulary_fraction, config.seed)
       # The held-out labels are never fit, so every movie can be fit on the training labels and scored on both.
       self.split = "all"
       # Nested splits: the labels held out at a larger fraction are among this run's held-out labels.
-      self.common_tags = (tag_prediction.split_tag_vocabulary(num_labels, common_fraction, config.seed)[1]
+      self.common_tags = (tag_labels.split_tag_vocabulary(num_labels, common_fraction, config.seed)[1]
                           if common_fraction else np.arange(0))
       fit_movies = eval_movies = np.arange(self.corpus.num_entities)
     else:
@@ -203,6 +203,6 @@ class TagFinetuningObjective(base.Objective):
     return movies.TagModel(self.config, self.inference_record(), mesh=self.mesh, scorer=self.scorer,
                            item_vectors=self._vectors(), tokenizer=self.tokenizer)
 
-  def evaluation_data(self) -> tag_prediction.TagTask:
-    return tag_prediction.TagTask(self.label_set, self.train_tags, self.heldout_tags, self.common_tags,
+  def evaluation_data(self) -> tag_labels.TagTask:
+    return tag_labels.TagTask(self.label_set, self.train_tags, self.heldout_tags, self.common_tags,
                                   self.config.tags.vocabulary_fraction, self.split, self.eval_items, self.eval_entity)

@@ -38,20 +38,30 @@ def product_labels(product_ids: Sequence[str]) -> np.ndarray:
   return labels
 
 
-def _check_pairs(num_offers: int, pairs: np.ndarray) -> np.ndarray:
+def check_pairs(pairs: np.ndarray, num_offers: int, split: str, selects: str = "") -> np.ndarray:
+  """`pairs` as int64 [m, 3] (left, right, label), m > 0, after checking offer indices and 0/1 labels.
+
+  `selects`: what the split's F1 chooses (e.g. "the probe's C"); then it needs a match, else F1 is 0 for
+  every model and the choice is made on nothing.
+  """
   pairs = np.asarray(pairs)
-  if pairs.ndim != 2 or pairs.shape[1] != 3 or not np.issubdtype(pairs.dtype, np.integer):
-    raise ValueError(f"pairs must be integer [m, 3] (left, right, label); got {pairs.dtype} {pairs.shape}.")
-  bad_offer = np.flatnonzero(((pairs[:, :2] < 0) | (pairs[:, :2] >= num_offers)).any(axis=1))
-  if bad_offer.size:
-    row = bad_offer[0]
-    raise ValueError(f"pairs row {row}: offer {pairs[row, :2].tolist()} outside [0, {num_offers}) "
-                     f"({bad_offer.size} such rows).")
-  bad_label = np.flatnonzero((pairs[:, 2] != 0) & (pairs[:, 2] != 1))
-  if bad_label.size:
-    row = bad_label[0]
-    raise ValueError(f"pairs row {row}: label {pairs[row, 2]} is not 0 or 1 ({bad_label.size} such rows).")
-  return pairs
+  if pairs.ndim != 2 or pairs.shape[1] != 3 or not len(pairs) or not np.issubdtype(pairs.dtype, np.integer):
+    raise ValueError(f"{split} pairs: expected a non-empty int array [m, 3] (left, right, label); got "
+                     f"{pairs.dtype} {pairs.shape}.")
+  bad_offer = ((pairs[:, :2] < 0) | (pairs[:, :2] >= num_offers)).any(axis=1)
+  if bad_offer.any():
+    row = int(np.flatnonzero(bad_offer)[0])
+    raise ValueError(f"{split} pairs row {row}: offer indices {pairs[row, :2].tolist()} are outside "
+                     f"[0, {num_offers}) ({int(bad_offer.sum())} such rows).")
+  bad_label = ~np.isin(pairs[:, 2], (0, 1))
+  if bad_label.any():
+    row = int(np.flatnonzero(bad_label)[0])
+    raise ValueError(f"{split} pairs row {row}: label {pairs[row, 2]} is not 0 or 1 "
+                     f"({int(bad_label.sum())} such rows).")
+  if selects and not pairs[:, 2].any():
+    raise ValueError(f"{split} pairs: none of the {len(pairs)} is a match, so F1 is 0 for every model and "
+                     f"{selects} would be chosen on nothing. Add matching pairs to that split.")
+  return pairs.astype(np.int64)
 
 
 def correspondence_labels(num_offers: int, pairs: np.ndarray, fraction: float = 0.8,
@@ -74,7 +84,7 @@ def correspondence_labels(num_offers: int, pairs: np.ndarray, fraction: float = 
   """
   if not 0.0 <= fraction <= 1.0:
     raise ValueError(f"fraction must be in [0, 1]; got {fraction}.")
-  pairs = _check_pairs(num_offers, pairs)
+  pairs = check_pairs(pairs, num_offers, "correspondence")
   matches = np.unique(np.sort(pairs[pairs[:, 2] == 1, :2], axis=1), axis=0)
   num_edges = round(fraction * len(matches))
   edges = matches[np.sort(np.random.default_rng(seed).permutation(len(matches))[:num_edges])]
