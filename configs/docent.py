@@ -8,7 +8,7 @@ imdb_movielens (default, also when empty), reviews2movielens, or a directory of 
   --config=configs/docent.py:dual
   --config=configs/docent.py:dual,/data/my_reviews --config.loss.negatives=full
   --config=configs/docent.py:dual,imdb_movielens,tag_curve
-  --config=configs/docent.py:dual --config.evals.search.queries=/data/queries.jsonl
+  --config=configs/docent.py:dual --config.data.search_queries=/data/queries.jsonl
 """
 import ml_collections
 
@@ -42,6 +42,9 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   # --config.data.tag_vote_threshold=3 in this convention. In imdb_movielens only 5 movie-tag pairs reach 2 votes,
   # so 1 is the default here.
   config.data.search_min_votes = 1
+  # A JSON Lines file of natural-language queries and their relevant movies (`search_queries.load_query_set`),
+  # searched over all movies by the model and the search baselines (`queries/`), besides the tag queries.
+  config.data.search_queries = ""
   config.data.tag_vote_threshold = 1
 
   config.model = common.bert_model()
@@ -79,17 +82,12 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   # pretrained encoder (mean | cls).
   bos_sentences_per_movie = ml_collections.FieldReference(8)
   bos_pooling = ml_collections.FieldReference("mean")
-  # A JSON Lines file of natural-language queries and their relevant movies (`movie_search.load_query_set`),
-  # searched over all movies by the model and the search baselines (`queries/`), besides the tag queries; one
-  # override sets all three: --config.evals.search.queries=FILE.
-  queries = ml_collections.FieldReference("")
   # The model's search, and the untrained baselines (reported under their own names): BM25 and bag-of-sentences
   # search, popular tags and TF-IDF for tags and genres. BoS-BERT tags are fine-tuning runs (`baselines` below).
   config.evals = ml_collections.ConfigDict(dict(
-      search=common.evaluator("movie_search", queries=queries),
-      bm25=common.baseline("bm25_search", "bm25", queries=queries),
-      bos=common.baseline("bos_search", "bos", queries=queries, sentences_per_movie=bos_sentences_per_movie,
-                          pooling=bos_pooling),
+      search=common.evaluator("movie_search"),
+      bm25=common.baseline("bm25_search", "bm25"),
+      bos=common.baseline("bos_search", "bos", sentences_per_movie=bos_sentences_per_movie, pooling=bos_pooling),
       top_tags=common.baseline("top_tags", "top_tags"),
       tfidf=common.baseline("tfidf_tags", "tfidf")))
   # Tag prediction fine-tunes a scorer against the frozen entity vectors (AdamW, linear decay), one run per

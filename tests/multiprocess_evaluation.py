@@ -14,13 +14,14 @@ import ml_collections
 import numpy as np
 
 from docent_jax import parallel
+from docent_jax.data.reviews import search_queries
 from docent_jax.evaluation import link_prediction
 from docent_jax.evaluation import movie_search
 
 NUM_ENTITIES, NUM_RELATIONS, DIM = 200, 5, 8
 
 
-def problem() -> dict[str, np.ndarray | movie_search.QuerySet]:
+def problem() -> dict[str, np.ndarray | search_queries.QuerySet]:
   rng = np.random.default_rng(0)
   triples = np.stack([rng.integers(0, NUM_ENTITIES, 600), rng.integers(0, NUM_RELATIONS, 600),
                       rng.integers(0, NUM_ENTITIES, 600)], axis=1)
@@ -29,7 +30,7 @@ def problem() -> dict[str, np.ndarray | movie_search.QuerySet]:
           "relations": rng.integers(-1, 2, (NUM_RELATIONS, DIM)).astype(np.float32),
           "filter_triples": triples[:500], "eval_triples": triples[500:],
           "queries": rng.integers(-2, 3, (len(relevant), DIM)).astype(np.float32),
-          "query_set": movie_search.QuerySet([f"q{i}" for i in range(len(relevant))], relevant)}
+          "query_set": search_queries.QuerySet([f"q{i}" for i in range(len(relevant))], relevant)}
 
 
 def evaluate(data: dict, mesh: jax.sharding.Mesh) -> dict[str, float]:

@@ -12,6 +12,7 @@ import transformers
 
 from docent_jax.data import io
 from docent_jax.data.universal import analogies as analogy_sets
+from docent_jax.data.universal import corpus as universal_corpus
 from docent_jax.evaluation import analogies
 from docent_jax.inference import text_encoder
 
@@ -223,9 +224,12 @@ def test_question_sets_remake_the_candidates_of_an_earlier_protocol(tmp_path):
   """MiniLM as the reference: a kept file of the earlier protocol (no protocol digest; candidates among the
   question words only) is made anew over MiniLM's whole words; a file of this protocol is read as it is."""
   (tmp_path / "analogy").mkdir()
-  (tmp_path / analogies.ANALOGY_FILES["words"]).write_text(WORD_QUESTIONS)
-  (tmp_path / analogies.ANALOGY_FILES["phrases"]).write_text(PHRASE_QUESTIONS)
-  words = analogy_sets.read_analogies(tmp_path / analogies.ANALOGY_FILES["words"])
+  (tmp_path / universal_corpus.ANALOGY_FILES["words"]).write_text(WORD_QUESTIONS)
+  (tmp_path / universal_corpus.ANALOGY_FILES["phrases"]).write_text(PHRASE_QUESTIONS)
+  sources = universal_corpus.EvaluationSources(tasks={}, manual_dir=str(tmp_path),
+                                               candidates_dir=epath.Path(tmp_path / "candidates"),
+                                               reference="minilm-l6", tokenizer="minilm-l6")
+  words = sources.word_analogies
   question_words = {item for question in words for item in question.items}
   earlier = [(question.items[3], *sorted(question_words - set(question.items))[:4]) for question in words]
   path = tmp_path / "candidates" / "words_minilm-l6.json"
@@ -233,7 +237,7 @@ def test_question_sets_remake_the_candidates_of_an_earlier_protocol(tmp_path):
   record = json.loads(path.read_text())
   del record["protocol_digest"]  # As files were written before they recorded their protocol.
   path.write_text(json.dumps(record))
-  directories = (epath.Path(tmp_path), epath.Path(tmp_path / "candidates"), "minilm-l6", "minilm-l6")
+  directories = (tuple(words), tuple(sources.phrase_analogies), sources.candidates_dir, "minilm-l6", "minilm-l6")
 
   analogies.question_sets.cache_clear()
   sets = analogies.question_sets(*directories)

@@ -13,6 +13,7 @@ import docent_jax
 from docent_jax import experiment
 from docent_jax import parallel
 from docent_jax import trainer as trainers
+from docent_jax.data.reviews import search_queries
 from docent_jax.data.reviews import corpus as review_corpus
 from docent_jax.evaluation import movie_search
 from docent_jax.evaluation import registry
@@ -141,7 +142,7 @@ def test_a_query_file_runs_through_the_configs_search_evaluators(docent_dual_run
   queries = tmp_path / "queries.jsonl"
   queries.write_text("".join(json.dumps(query) + "\n" for query in _QUERIES))
   config = tiny_config(reviews_dir, reviews_tfds_dir)
-  config.evals.search.queries = str(queries)
+  config.data.search_queries = str(queries)
   trainer = trainers.Trainer(config, tmp_path / "evaluation")
   results = trainer.report(docent_jax.load(workdir / "docent_dual"), {})
   for model in ("docent_dual", "bm25", "bos"):
@@ -157,7 +158,7 @@ def test_a_query_file_runs_through_the_configs_search_evaluators(docent_dual_run
   lines = [json.dumps(_QUERIES[0]), '{"query": "ghosts", "relevant": ["m1"]', json.dumps(_QUERIES[1])]
   queries.write_text("\n".join(lines) + "\n")
   (search,) = [spec for spec in registry.specs(config) if spec.name == "search"]
-  with pytest.raises(movie_search.QueryFormatError, match=f"{queries}:2: not valid JSON"):
+  with pytest.raises(search_queries.QueryFormatError, match=f"{queries}:2: not valid JSON"):
     search.run(docent_jax.load(workdir / "docent_dual"), trainer.objective.evaluation_data())
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from docent_jax import parallel
+from docent_jax.data.reviews import search_queries
 from docent_jax.evaluation import bm25
 from docent_jax.evaluation import movie_search
 
@@ -27,7 +28,7 @@ def test_load_query_set(tmp_path):
       json.dumps({"query": "space opera", "relevant": ["77"]}),  # nothing known: dropped
       json.dumps({"query": "noir", "relevant": [40], "extra": 1}),
   ])
-  query_set = movie_search.load_query_set(path, ENTITY_IDS)
+  query_set = search_queries.load_query_set(path, ENTITY_IDS)
   assert query_set.queries == ["heist", "noir"]
   assert [r.tolist() for r in query_set.relevant] == [[0, 2], [3]]
   assert (query_set.num_unknown_relevant, query_set.num_dropped_queries) == (2, 1)
@@ -46,8 +47,8 @@ def test_load_query_set(tmp_path):
 ])
 def test_load_query_set_errors_name_file_and_line(tmp_path, lines, message):
   path = _write(tmp_path, lines)
-  with pytest.raises(movie_search.QueryFormatError, match=message) as error:
-    movie_search.load_query_set(path, ENTITY_IDS)
+  with pytest.raises(search_queries.QueryFormatError, match=message) as error:
+    search_queries.load_query_set(path, ENTITY_IDS)
   assert str(path) in str(error.value)
 
 
@@ -56,25 +57,25 @@ def test_byte_order_mark_and_line_ends(tmp_path, line_end):
   lines = [json.dumps({"query": "heist", "relevant": ["30", 10]}), "", json.dumps({"query": "noir", "relevant": [40]})]
   path = tmp_path / "queries.jsonl"
   path.write_bytes(("\ufeff" + line_end.join(lines) + line_end).encode("utf-8"))
-  query_set = movie_search.load_query_set(path, ENTITY_IDS)
+  query_set = search_queries.load_query_set(path, ENTITY_IDS)
   assert query_set.queries == ["heist", "noir"]
   assert [r.tolist() for r in query_set.relevant] == [[0, 2], [3]]
 
 
 def test_tag_query_set():
   votes = np.array([[2, 0, 1], [1, 1, 0], [3, 0, 0]])
-  query_set = movie_search.tag_query_set(["funny", "dark", "slow"], votes, [0, 2], min_votes=1)
+  query_set = search_queries.tag_query_set(["funny", "dark", "slow"], votes, [0, 2], min_votes=1)
   assert query_set.queries == ["funny", "slow"]
   assert [r.tolist() for r in query_set.relevant] == [[0, 1, 2], [0]]
-  query_set = movie_search.tag_query_set(["funny", "dark", "slow"], votes, [0, 1, 2], min_votes=2, min_relevant=2)
+  query_set = search_queries.tag_query_set(["funny", "dark", "slow"], votes, [0, 1, 2], min_votes=2, min_relevant=2)
   assert query_set.queries == ["funny"] and query_set.num_dropped_queries == 2
   assert query_set.relevant[0].tolist() == [0, 2]
   with pytest.raises(ValueError, match="None of 1 tags"):
-    movie_search.tag_query_set(["funny", "dark", "slow"], votes, [1], min_votes=2)
+    search_queries.tag_query_set(["funny", "dark", "slow"], votes, [1], min_votes=2)
 
 
 def test_evaluate_search():
-  query_set = movie_search.QuerySet(["q0", "q1"], [np.array([1, 3]), np.array([2])])
+  query_set = search_queries.QuerySet(["q0", "q1"], [np.array([1, 3]), np.array([2])])
   scores = np.array([[0.5, 0.9, 0.1, 0.3, 0.7], [0.1, 0.2, 0.3, 0.4, 0.5]])
   # q0: relevant at ranks 1 and 4; q1: relevant at rank 3.
   result = movie_search.evaluate_search(scores, query_set, ks=(1, 3, 4))
@@ -91,7 +92,7 @@ def _tied_search_problem(seed: int, num_queries: int = 37, num_candidates: int =
   queries = rng.integers(-2, 3, (num_queries, dim)).astype(np.float32)
   candidates = rng.integers(-1, 2, (num_candidates, dim)).astype(np.float32)
   relevant = [np.sort(rng.choice(num_candidates, rng.integers(1, 41), replace=False)) for _ in range(num_queries)]
-  return queries, candidates, movie_search.QuerySet([f"q{i}" for i in range(num_queries)], relevant)
+  return queries, candidates, search_queries.QuerySet([f"q{i}" for i in range(num_queries)], relevant)
 
 
 @pytest.mark.parametrize("mesh_shape", [None, (2, 4), (8, 1)])

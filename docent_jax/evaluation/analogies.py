@@ -67,8 +67,6 @@ BLOCK_SIZE = 2**23
 
 # Per question, its candidate answers (items, or their phrase or sentence versions), in order.
 Candidates = list[tuple[str, ...]]
-# Under the evaluation's directory (default: the sources' manual_dir): the analogy question sets.
-ANALOGY_FILES = {"words": "analogy/questions-words.txt", "phrases": "analogy/questions-phrases.txt"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -377,10 +375,10 @@ class QuestionSet:
 
 
 @functools.cache
-def question_sets(directory: epath.Path, candidates_dir: epath.Path, reference: str,
-                  tokenizer: str) -> dict[str, QuestionSet]:
-  """'word', 'phrase', 'sentence' (questions-words.txt and its aligned versions) and 'phrase_set'
-  (questions-phrases.txt), with candidates from `reference`'s word pieces over `candidate_vocabulary`, kept in
+def question_sets(words: tuple[analogy_sets.AnalogyQuestion, ...], phrase_set: tuple[analogy_sets.AnalogyQuestion, ...],
+                  candidates_dir: epath.Path, reference: str, tokenizer: str) -> dict[str, QuestionSet]:
+  """'word', 'phrase', 'sentence' (the word questions and their aligned versions) and 'phrase_set' (Mikolov's
+  phrase questions), with candidates from `reference`'s word pieces over `candidate_vocabulary`, kept in
   `candidates_dir` and made anew when the questions or the protocol changed."""
   static = text_encoder.static_word_pieces(reference, tokenizer)
 
@@ -397,9 +395,8 @@ def question_sets(directory: epath.Path, candidates_dir: epath.Path, reference: 
     write_candidates(path, questions, made, protocol_digest)
     return made
 
-  words = analogy_sets.read_analogies(directory / ANALOGY_FILES["words"])
+  words, phrase_set = list(words), list(phrase_set)
   aligned = analogy_sets.phrase_and_sentence_versions(words)
-  phrase_set = analogy_sets.read_analogies(directory / ANALOGY_FILES["phrases"])
   word_candidates = candidates("words", words)
   sets = {WORD: QuestionSet(words, word_candidates), "phrase_set": QuestionSet(phrase_set, candidates("phrases", phrase_set))}
   for level, questions in (("phrase", aligned.phrases), ("sentence", aligned.sentences)):
@@ -408,14 +405,12 @@ def question_sets(directory: epath.Path, candidates_dir: epath.Path, reference: 
 
 
 @registry.register("analogies")
-def solve_analogies(model: Any, sources: universal_corpus.EvaluationSources, directory: str = "",
-                    static: bool = False) -> dict[str, float]:
+def solve_analogies(model: Any, sources: universal_corpus.EvaluationSources, static: bool = False) -> dict[str, float]:
   """`analogy_<level>/<metric>` (see the module docstring) at the word, phrase and sentence level, and
-  `analogy_phrase_set/<metric>` on Mikolov's phrase questions. `directory` holds ANALOGY_FILES (default the
-  sources' manual_dir); `static` answers with the reference's word-piece vectors instead of the model (the static
-  baseline)."""
-  sets = question_sets(epath.Path(directory or sources.manual_dir or ""), sources.candidates_dir, sources.reference,
-                       sources.tokenizer)
+  `analogy_phrase_set/<metric>` on Mikolov's phrase questions (the sources' `word_analogies`, `phrase_analogies`);
+  `static` answers with the reference's word-piece vectors instead of the model (the static baseline)."""
+  sets = question_sets(tuple(sources.word_analogies), tuple(sources.phrase_analogies), sources.candidates_dir,
+                       sources.reference, sources.tokenizer)
   if static:
     model = text_encoder.static_word_pieces(sources.reference, sources.tokenizer)
   correct = {}

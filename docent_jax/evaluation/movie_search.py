@@ -1,10 +1,7 @@
 """Zero-shot natural-language movie search (DOCENT): rank every movie for a text query.
 
-A query set is JSON Lines, one object per line: {"query": "a heist gone wrong", "relevant":
-["1234", "5678"]} with entity ids as strings or integers. Relevant ids that are not among the
-evaluated entities are skipped; a query left without any relevant entity is dropped. Both are
-counted and logged. The built-in query set takes MovieLens tags as queries (`tag_query_set`); the
-search evaluators also search a query-set file given as their `queries` option (`search_tasks`).
+The queries are the data's (`data.reviews.search_queries`): MovieLens tags as queries, and those of a query-set
+file (`data.search_queries`), each with its relevant movies.
 
 Metrics: MRR of the first relevant movie and Recall@k (the fraction of a query's relevant movies
 in the top k), averaged over queries. Ties are resolved in expectation (see `metrics`).
@@ -13,21 +10,17 @@ Baseline: bag of sentences, a movie scores the highest cosine between the query 
 embeddings of its review sentences.
 """
 from collections.abc import Sequence
-import dataclasses
 import functools
-import json
 from typing import Any
 
-from absl import logging
-from etils import epath
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec
 import numpy as np
 
 from docent_jax import parallel
-from docent_jax.data import io
 from docent_jax.data.reviews import corpus as review_corpus
+from docent_jax.data.reviews import search_queries
 from docent_jax.evaluation import bm25
 from docent_jax.evaluation import metrics
 from docent_jax.evaluation import registry
@@ -36,123 +29,7 @@ from docent_jax.inference import movies
 from docent_jax.models import tag_scorers
 
 
-class QueryFormatError(io.DataFormatError):
-  """A query-set file is malformed; the message names the file and line."""
-
-
-@dataclasses.dataclass(frozen=True)
-class QuerySet:
-  """Queries and, per query, the sorted indices of its relevant entities.
-
-  Attributes:
-    queries: query texts.
-    relevant: per query, a non-empty sorted int64 array of entity indices.
-    num_unknown_relevant: relevant ids skipped because they are not evaluated entities.
-    num_dropped_queries: queries dropped for having no (or too few) relevant entities.
-  """
-
-  queries: list[str]
-  relevant: list[np.ndarray]
-  num_unknown_relevant: int = 0
-  num_dropped_queries: int = 0
-
-  def __len__(self) -> int:
-    return len(self.queries)
-
-  def label_matrix(self, num_entities: int) -> np.ndarray:
-    """[Q, E] bool, True where the entity is relevant to the query."""
-    labels = np.zeros((len(self.queries), num_entities), bool)
-    for row, relevant in enumerate(self.relevant):
-      labels[row, relevant] = True
-    return labels
-
-
-def _parse_line(path: epath.Path, number: int, line: str) -> tuple[str, list[str]]:
-  try:
-    record = json.loads(line)
-  except json.JSONDecodeError as error:
-    raise QueryFormatError(f"{path}:{number}: not valid JSON ({error.msg}): {line[:100]!r}") from None
-  if not isinstance(record, dict) or "query" not in record or "relevant" not in record:
-    raise QueryFormatError(f"{path}:{number}: expected an object with keys 'query' and 'relevant': {line[:100]!r}")
-  query, relevant = record["query"], record["relevant"]
-  if not isinstance(query, str) or not query.strip():
-    raise QueryFormatError(f"{path}:{number}: 'query' must be a non-empty string; got {query!r}.")
-  # bool is an int in Python, but never an entity id.
-  if not isinstance(relevant, list) or any(isinstance(x, bool) or not isinstance(x, (str, int)) for x in relevant):
-    raise QueryFormatError(f"{path}:{number}: 'relevant' must be a list of entity ids (strings or integers); "
-                           f"got {relevant!r:.100}.")
-  return query, [str(x) for x in relevant]
-
-
-def load_query_set(path: epath.PathLike, entity_ids: Sequence[str]) -> QuerySet:
-  """Reads a JSON Lines query set; relevant ids become indices into `entity_ids`.
-
-  Blank lines are ignored. Raises QueryFormatError, naming file and line, for an empty file, a
-  line that is not a JSON object with a non-empty 'query' string and a 'relevant' list of ids,
-  and when no query keeps a relevant entity.
-  """
-  path = epath.Path(path)
-  index = {str(entity): position for position, entity in enumerate(entity_ids)}
-  queries, relevant = [], []
-  num_unknown = num_dropped = 0
-  try:
-    lines = io.read_lines(path)
-  except io.DataFormatError as error:
-    raise QueryFormatError(str(error)) from None
-  for number, line in enumerate(lines, 1):
-    if not line.strip():
-      continue
-    query, ids = _parse_line(path, number, line)
-    known = sorted({index[x] for x in ids if x in index})
-    num_unknown += sum(x not in index for x in ids)
-    if not known:
-      num_dropped += 1
-      continue
-    queries.append(query)
-    relevant.append(np.asarray(known, np.int64))
-  if num_unknown:
-    logging.warning("%s: skipped %d relevant ids that are not among the %d entities.", path, num_unknown,
-                    len(index))
-  if num_dropped:
-    logging.warning("%s: dropped %d queries without a known relevant entity.", path, num_dropped)
-  if not queries:
-    raise QueryFormatError(f"{path}: no query has a relevant entity among the {len(index)} entities.")
-  return QuerySet(queries, relevant, num_unknown, num_dropped)
-
-
-def tag_query_set(tags: Sequence[str], tag_votes: np.ndarray, tag_indices: Sequence[int] | np.ndarray, *,
-                  min_votes: int = 1, min_relevant: int = 1) -> QuerySet:
-  """Tags as queries: query = the tag's text, relevant = movies with at least `min_votes` votes for it.
-
-  Args:
-    tags: tag texts, the columns of `tag_votes`.
-    tag_votes: [E, T] int votes (`tag_prediction.tag_vote_matrix`); rows are the entities ranked.
-    tag_indices: the tags to use, normally held-out tags no model was trained on.
-    min_votes: votes that make a movie relevant.
-    min_relevant: queries with fewer relevant movies are dropped, counted and logged.
-  """
-  tag_votes = np.asarray(tag_votes)
-  if tag_votes.ndim != 2 or tag_votes.shape[1] != len(tags):
-    raise ValueError(f"Expected tag_votes [E, {len(tags)}]; got {tag_votes.shape}.")
-  tag_indices = np.asarray(tag_indices, np.int64)
-  if tag_indices.size and (tag_indices.min() < 0 or tag_indices.max() >= len(tags)):
-    raise ValueError(f"tag_indices must lie in [0, {len(tags)}).")
-  queries, relevant = [], []
-  for tag in tag_indices:
-    movies = np.flatnonzero(tag_votes[:, tag] >= min_votes)
-    if len(movies) >= max(min_relevant, 1):
-      queries.append(tags[tag])
-      relevant.append(movies.astype(np.int64))
-  num_dropped = len(tag_indices) - len(queries)
-  if num_dropped:
-    logging.info("Tag queries: dropped %d of %d tags with fewer than %d movies having %d votes.", num_dropped,
-                 len(tag_indices), min_relevant, min_votes)
-  if not queries:
-    raise ValueError(f"None of {len(tag_indices)} tags has {min_relevant} movies with {min_votes} votes.")
-  return QuerySet(queries, relevant, num_dropped_queries=num_dropped)
-
-
-def evaluate_search(scores: np.ndarray, query_set: QuerySet,
+def evaluate_search(scores: np.ndarray, query_set: search_queries.QuerySet,
                     ks: Sequence[int] = (10, 50, 100)) -> dict[str, float | int]:
   """'search_mrr', 'search_recall@k' (means over queries) and 'search_num_queries' of [Q, E] scores."""
   scores = np.asarray(scores)
@@ -292,7 +169,7 @@ def _metrics_from_counts(relevant_scores: np.ndarray, above: np.ndarray, tied: n
   return 1.0 / ranks, hits / valid.sum(axis=1, keepdims=True)
 
 
-def search_by_vectors(query_vectors: np.ndarray | jax.Array, candidate_vectors: np.ndarray, query_set: QuerySet, *,
+def search_by_vectors(query_vectors: np.ndarray | jax.Array, candidate_vectors: np.ndarray, query_set: search_queries.QuerySet, *,
                       ks: Sequence[int] = (10, 50, 100), mesh: Mesh | None = None, query_batch: int = 64,
                       candidate_block: int = 4096) -> dict[str, float | int]:
   """`evaluate_search` of the scores query_vectors @ candidate_vectors^T, without forming them.
@@ -339,35 +216,11 @@ def search_by_vectors(query_vectors: np.ndarray | jax.Array, candidate_vectors: 
   return result
 
 
-def search_tasks(corpus: review_corpus.ReviewCorpus, min_votes: int,
-                 queries: epath.PathLike = "") -> dict[str, tuple[np.ndarray, QuerySet]]:
-  """Zero-shot search tasks: the ranked movies (entity indices) and the queries of each split.
-
-  'test' (held-out movies) and 'all' (every movie) take tag queries: each tag with a movie of the split
-  having at least `min_votes` votes for it; relevant = those movies. A split without such a tag (e.g. a
-  corpus without tags.tsv) has no search task; the reason is logged. 'queries', when `queries` names a
-  query-set file (`load_query_set`; a malformed line raises QueryFormatError naming file and line), takes
-  its queries over every movie.
-  """
-  tasks = {}
-  for split, movie_rows in (("test", corpus.entity_split["test"]), ("all", np.arange(corpus.num_entities))):
-    votes = corpus.tag_votes[movie_rows].toarray()
-    tags = np.flatnonzero((votes >= min_votes).any(axis=0))
-    if not len(tags):
-      logging.log_first_n(logging.WARNING, "%s: no tag has a %s movie with %d votes (%d tags in all); search on "
-                          "%s movies is skipped.", 4, corpus.name, split, min_votes, len(corpus.tags), split)
-      continue
-    tasks[split] = (movie_rows, tag_query_set(corpus.tags, votes, tags, min_votes=min_votes))
-  if queries:
-    tasks["queries"] = (np.arange(corpus.num_entities), load_query_set(queries, corpus.entity_ids))
-  return tasks
-
-
 @registry.register("movie_search")
-def search_movies(model: Any, data: review_corpus.ReviewEvaluation, queries: str = "") -> dict[str, float]:
-  """Zero-shot movie search (`search_tasks`: tag queries, and the query-set file `queries` if given) by a DOCENT
-  model's scores of its movies (P(e | query)): `test/`, `all/` and `queries/`."""
-  tasks = search_tasks(data.corpus, data.search_min_votes, queries)  # A malformed query file fails before encoding.
+def search_movies(model: Any, data: review_corpus.ReviewEvaluation) -> dict[str, float]:
+  """Zero-shot movie search (the data's `search_tasks`: tag queries, and those of its query-set file if it has one)
+  by a DOCENT model's scores of its movies (P(e | query)): `test/`, `all/` and `queries/`."""
+  tasks = data.search_tasks  # A malformed query file fails before encoding.
   _, table = model.entities()
   results = {}
   for split, (movie_rows, query_set) in tasks.items():
@@ -377,11 +230,11 @@ def search_movies(model: Any, data: review_corpus.ReviewEvaluation, queries: str
 
 
 @registry.register("bm25_search")
-def search_movies_by_bm25(model: Any, data: review_corpus.ReviewEvaluation, queries: str = "") -> dict[str, float]:
+def search_movies_by_bm25(model: Any, data: review_corpus.ReviewEvaluation) -> dict[str, float]:
   """The BM25 baseline of movie search (`search_movies`' tasks): each movie a document of its reviews (the model is
   not used)."""
   del model
-  tasks = search_tasks(data.corpus, data.search_min_votes, queries)
+  tasks = data.search_tasks
   documents = data.corpus.documents()
   results = {}
   for split, (movie_rows, query_set) in tasks.items():
@@ -392,13 +245,13 @@ def search_movies_by_bm25(model: Any, data: review_corpus.ReviewEvaluation, quer
 
 
 @registry.register("bos_search")
-def search_movies_by_sentences(model: Any, data: review_corpus.ReviewEvaluation, queries: str = "",
-                               sentences_per_movie: int = 8, pooling: str = "mean") -> dict[str, float]:
+def search_movies_by_sentences(model: Any, data: review_corpus.ReviewEvaluation, sentences_per_movie: int = 8,
+                               pooling: str = "mean") -> dict[str, float]:
   """The bag-of-sentences baseline of movie search (`search_movies`' tasks): a movie scores the highest cosine of
   the query with one of `sentences_per_movie` of its review sentences (sampled with the data's seed), all encoded
   by the model's untrained (pretrained) encoder, pooled by `pooling` ('mean' or 'cls')."""
   corpus = data.corpus
-  tasks = search_tasks(corpus, data.search_min_votes, queries)
+  tasks = data.search_tasks
   encoder = movies.pretrained_sentence_encoder(model.config, pooling, model.mesh)
   sampled = tag_scorers.subsample_per_entity(corpus.sentence_entity, np.arange(corpus.num_entities),
                                              sentences_per_movie, data.seed)

@@ -1,25 +1,19 @@
 """Phrase similarity: whether the cosine of two phrases' vectors orders phrase pairs as people's scores do.
 
 Spearman's rank correlation between cos(u_i, v_i) and the mean human score of pair i (Li & Zhao, on the PPDB
-human-rated sample: `docent_jax.data.universal.phrases.read_ppdb_sample`). A zero vector has cosine 0 with
+human-rated sample: `data.universal.corpus.EvaluationSources.rated_phrase_pairs`). A zero vector has cosine 0 with
 anything. The correlation is NaN when either side is constant (a model mapping every phrase to one vector).
 """
 from collections.abc import Sequence
 from typing import Any
 
-from etils import epath
 import numpy as np
 import scipy.stats
 
 from docent_jax.data.universal import corpus as universal_corpus
-from docent_jax.data.universal import phrases
 from docent_jax.evaluation import analogies
 from docent_jax.evaluation import registry
 from docent_jax.inference import text_encoder
-
-# Under the evaluation's directory (default: the sources' manual_dir): the PPDB pairs rated by people.
-PPDB_SAMPLE_FILE = "ppdb/ppdb-sample.tsv"
-
 
 def phrase_similarity(first: np.ndarray, second: np.ndarray,
                       human_scores: np.ndarray | Sequence[float]) -> dict[str, float]:
@@ -42,11 +36,10 @@ def phrase_similarity(first: np.ndarray, second: np.ndarray,
 
 
 @registry.register("phrase_similarity")
-def rate_phrase_pairs(model: Any, sources: universal_corpus.EvaluationSources, directory: str = "",
-                      static: bool = False) -> dict[str, float]:
-  """`ppdb_sample/spearman`: Spearman correlation of cos(u, v) with the human ratings of PPDB_SAMPLE_FILE (under
-  `directory`, default the sources' manual_dir); `static`: of the reference's word-piece vectors instead."""
-  pairs = phrases.read_ppdb_sample(epath.Path(directory or sources.manual_dir or "") / PPDB_SAMPLE_FILE)
+def rate_phrase_pairs(model: Any, sources: universal_corpus.EvaluationSources, static: bool = False) -> dict[str, float]:
+  """`ppdb_sample/spearman`: Spearman correlation of cos(u, v) with the human ratings of the sources'
+  `rated_phrase_pairs`; `static`: of the reference's word-piece vectors instead."""
+  pairs = sources.rated_phrase_pairs
   if static:
     model = text_encoder.static_word_pieces(sources.reference, sources.tokenizer)
   vectors = model.encode([pair.phrase1 for pair in pairs] + [pair.phrase2 for pair in pairs])

@@ -44,7 +44,8 @@ def review_evaluation(corpus: review_corpus.ReviewCorpus,
                       config: ml_collections.ConfigDict) -> review_corpus.ReviewEvaluation:
   """The corpus with the evaluation labels of a DOCENT config."""
   return review_corpus.ReviewEvaluation(corpus, search_min_votes=config.data.search_min_votes,
-                                        tag_vote_threshold=config.data.tag_vote_threshold, seed=config.seed)
+                                        tag_vote_threshold=config.data.tag_vote_threshold, seed=config.seed,
+                                        search_queries=config.data.search_queries)
 
 
 class DocentDualObjective(base.Objective):

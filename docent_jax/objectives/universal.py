@@ -15,6 +15,7 @@ Its evaluators (`evaluation/`): `pair_tasks` (each head's held-out accuracy, for
 reference model's word-piece vectors instead, the static baseline) and `phrase_similarity` (Spearman against PPDB
 ratings).
 """
+import functools
 from typing import Any
 
 from etils import epath
@@ -171,9 +172,14 @@ class UniversalObjective(base.Objective):
   def inference_record(self) -> dict[str, Any]:
     return {"tasks": {name: list(task.label_names) for name, task in self.tasks.items()}}
 
-  def evaluation_data(self) -> universal_corpus.EvaluationSources:
+  @functools.cached_property
+  def _evaluation_sources(self) -> universal_corpus.EvaluationSources:
+    """One for the run, so that each evaluation file is read once."""
     data = self.config.data
     return universal_corpus.EvaluationSources(
         tasks=self.tasks, manual_dir=data.manual_dir or "",
         candidates_dir=epath.Path(data.tfds_data_dir or tfds_loading.default_data_dir()) / CANDIDATES_DIR,
         reference=self.config.model.pretrained or "minilm-l6", tokenizer=self.config.model.tokenizer)
+
+  def evaluation_data(self) -> universal_corpus.EvaluationSources:
+    return self._evaluation_sources

@@ -1,5 +1,6 @@
 """The in-memory review corpus (entities, sentences, tag and genre labels), loaded from the TFDS builders."""
 import dataclasses
+import functools
 from typing import Any
 
 from absl import logging
@@ -11,6 +12,7 @@ from docent_jax.data import fingerprint
 from docent_jax.data import tfds_loading
 from docent_jax.data.reviews import builders as review_builders
 from docent_jax.data.reviews import files as review_files
+from docent_jax.data.reviews import search_queries
 
 ENTITY_SPLITS = review_files.ENTITY_SPLITS
 BUILDERS: dict[str, type[review_builders.ReviewBuilder]] = {
@@ -79,12 +81,38 @@ class ReviewCorpus:
 
 @dataclasses.dataclass(frozen=True)
 class ReviewEvaluation:
-  """A review corpus with the labels of DOCENT's evaluations of it (a config's `data.search_min_votes` and
-  `data.tag_vote_threshold`)."""
+  """A review corpus with the labels and queries of DOCENT's evaluations of it (a config's
+  `data.search_min_votes`, `data.tag_vote_threshold` and `data.search_queries`)."""
   corpus: ReviewCorpus
   search_min_votes: int  # Votes that make a movie relevant to a tag query.
   tag_vote_threshold: int  # Votes that make a tag positive for a movie.
   seed: int  # Draws the baselines' samples (bag-of-sentences).
+  search_queries: str = ""  # A query-set file (`search_queries.load_query_set`) searched over every movie, or "".
+
+  @functools.cached_property
+  def search_tasks(self) -> dict[str, tuple[np.ndarray, search_queries.QuerySet]]:
+    """Zero-shot search tasks: the ranked movies (entity indices) and the queries of each split.
+
+    'test' (held-out movies) and 'all' (every movie) take tag queries: each tag with a movie of the split
+    having at least `search_min_votes` votes for it; relevant = those movies. A split without such a tag (e.g. a
+    corpus without tags.tsv) has no search task; the reason is logged. 'queries', when `search_queries` names a
+    query-set file (a malformed line raises `search_queries.QueryFormatError` naming file and line), takes its
+    queries over every movie.
+    """
+    corpus, min_votes = self.corpus, self.search_min_votes
+    tasks = {}
+    for split, movie_rows in (("test", corpus.entity_split["test"]), ("all", np.arange(corpus.num_entities))):
+      votes = corpus.tag_votes[movie_rows].toarray()
+      tags = np.flatnonzero((votes >= min_votes).any(axis=0))
+      if not len(tags):
+        logging.log_first_n(logging.WARNING, "%s: no tag has a %s movie with %d votes (%d tags in all); search on "
+                            "%s movies is skipped.", 4, corpus.name, split, min_votes, len(corpus.tags), split)
+        continue
+      tasks[split] = (movie_rows, search_queries.tag_query_set(corpus.tags, votes, tags, min_votes=min_votes))
+    if self.search_queries:
+      tasks["queries"] = (np.arange(corpus.num_entities),
+                          search_queries.load_query_set(self.search_queries, corpus.entity_ids))
+    return tasks
 
 
 def make_builder(dataset: str, *, data_dir: epath.PathLike | None = None,

@@ -9,6 +9,7 @@ builder (WordNet by default, or a PPDB 2.0 pack).
 """
 from collections.abc import Sequence
 import dataclasses
+import functools
 
 from absl import logging
 from etils import epath
@@ -16,6 +17,7 @@ import numpy as np
 
 from docent_jax.data import fingerprint
 from docent_jax.data import tfds_loading
+from docent_jax.data.universal import analogies
 from docent_jax.data.universal import builders
 from docent_jax.data.universal import faq
 from docent_jax.data.universal import nli
@@ -52,13 +54,20 @@ class PairTask:
                                      for part in (self.first, self.second, self.labels))])}
 
 
+# Under a manual directory: Mikolov's analogy questions and the PPDB pairs rated by people.
+ANALOGY_FILES = {"words": "analogy/questions-words.txt", "phrases": "analogy/questions-phrases.txt"}
+PPDB_SAMPLE_FILE = "ppdb/ppdb-sample.tsv"
+
+
 @dataclasses.dataclass(frozen=True)
 class EvaluationSources:
-  """What the universal-representation evaluators read besides the model.
+  """What the universal-representation evaluators score a model on besides its pair tasks; each file is read
+  when an evaluator first asks for it, once.
 
   Attributes:
     tasks: the trained pair tasks (their held-out pairs).
-    manual_dir: the directory of the analogy question files and the rated PPDB sample.
+    manual_dir: the directory of the analogy question files and the rated PPDB sample (`ANALOGY_FILES`,
+      `PPDB_SAMPLE_FILE`).
     candidates_dir: where the analogy candidates are kept once made.
     reference: the pretrained model whose word pieces choose the analogy candidates (and are the static baseline).
     tokenizer: the tokenizer of the reference's word pieces.
@@ -68,6 +77,21 @@ class EvaluationSources:
   candidates_dir: epath.Path
   reference: str
   tokenizer: str
+
+  @functools.cached_property
+  def word_analogies(self) -> list[analogies.AnalogyQuestion]:
+    """Mikolov's word analogy questions (questions-words.txt)."""
+    return analogies.read_analogies(epath.Path(self.manual_dir) / ANALOGY_FILES["words"])
+
+  @functools.cached_property
+  def phrase_analogies(self) -> list[analogies.AnalogyQuestion]:
+    """Mikolov's phrase analogy questions (questions-phrases.txt)."""
+    return analogies.read_analogies(epath.Path(self.manual_dir) / ANALOGY_FILES["phrases"])
+
+  @functools.cached_property
+  def rated_phrase_pairs(self) -> list[phrases.RatedPair]:
+    """The PPDB phrase pairs people rated for similarity."""
+    return phrases.read_ppdb_sample(epath.Path(self.manual_dir) / PPDB_SAMPLE_FILE)
 
 
 Columns = tuple[list[str], list[str], np.ndarray]  # First texts, second texts, labels.
