@@ -12,7 +12,7 @@ from docent_jax.data import fingerprint
 from docent_jax.data import tfds_loading
 from docent_jax.data.reviews import builders as review_builders
 from docent_jax.data.reviews import files as review_files
-from docent_jax.data.reviews import search_queries
+from docent_jax.data.reviews import search_queries as query_sets
 
 ENTITY_SPLITS = review_files.ENTITY_SPLITS
 BUILDERS: dict[str, type[review_builders.ReviewBuilder]] = {
@@ -87,16 +87,16 @@ class ReviewEvaluation:
   search_min_votes: int  # Votes that make a movie relevant to a tag query.
   tag_vote_threshold: int  # Votes that make a tag positive for a movie.
   seed: int  # Draws the baselines' samples (bag-of-sentences).
-  search_queries: str = ""  # A query-set file (`search_queries.load_query_set`) searched over every movie, or "".
+  search_queries: str = ""  # A query-set file (`query_sets.load_query_set`) searched over every movie, or "".
 
   @functools.cached_property
-  def search_tasks(self) -> dict[str, tuple[np.ndarray, search_queries.QuerySet]]:
+  def search_tasks(self) -> dict[str, tuple[np.ndarray, query_sets.QuerySet]]:
     """Zero-shot search tasks: the ranked movies (entity indices) and the queries of each split.
 
     'test' (held-out movies) and 'all' (every movie) take tag queries: each tag with a movie of the split
     having at least `search_min_votes` votes for it; relevant = those movies. A split without such a tag (e.g. a
     corpus without tags.tsv) has no search task; the reason is logged. 'queries', when `search_queries` names a
-    query-set file (a malformed line raises `search_queries.QueryFormatError` naming file and line), takes its
+    query-set file (a malformed line raises `query_sets.QueryFormatError` naming file and line), takes its
     queries over every movie.
     """
     corpus, min_votes = self.corpus, self.search_min_votes
@@ -108,10 +108,10 @@ class ReviewEvaluation:
         logging.log_first_n(logging.WARNING, "%s: no tag has a %s movie with %d votes (%d tags in all); search on "
                             "%s movies is skipped.", 4, corpus.name, split, min_votes, len(corpus.tags), split)
         continue
-      tasks[split] = (movie_rows, search_queries.tag_query_set(corpus.tags, votes, tags, min_votes=min_votes))
+      tasks[split] = (movie_rows, query_sets.tag_query_set(corpus.tags, votes, tags, min_votes=min_votes))
     if self.search_queries:
       tasks["queries"] = (np.arange(corpus.num_entities),
-                          search_queries.load_query_set(self.search_queries, corpus.entity_ids))
+                          query_sets.load_query_set(self.search_queries, corpus.entity_ids))
     return tasks
 
 
