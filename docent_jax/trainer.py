@@ -8,11 +8,9 @@ params (the best, else the last). Which runs a config has, and results.json, are
 import collections
 import contextlib
 import signal
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from absl import logging
-from clu import metric_writers
-from clu import periodic_actions
 from etils import epath
 import flax
 from flax import traverse_util
@@ -33,6 +31,9 @@ from docent_jax.data import pipeline
 from docent_jax.evaluation import registry as evaluators
 from docent_jax.inference import protocol
 from docent_jax.objectives import base as objective_base
+
+if TYPE_CHECKING:  # Imported where a writer is made (`Trainer._writer`).
+  from clu import metric_writers
 
 
 class Preempted(RuntimeError):
@@ -203,7 +204,10 @@ class Trainer:
     return jax.jit(train_step, in_shardings=(state_shardings, batch_sharding),
                    out_shardings=(state_shardings, parallel.replicated(self.mesh)), donate_argnums=(0,))
 
-  def _writer(self) -> metric_writers.MetricWriter:
+  def _writer(self) -> "metric_writers.MetricWriter":
+    # CLU's writers import TensorFlow (seconds): only a run that gets this far pays for it, so a refused config,
+    # data or workdir is reported at once.
+    from clu import metric_writers  # pylint: disable=g-import-not-at-top
     return metric_writers.create_default_writer(self.run_dir.path, just_logging=jax.process_index() > 0,
                                                 asynchronous=False)
 
@@ -217,7 +221,7 @@ class Trainer:
     return {spec.name: spec.run(model, data) for spec in specs}
 
   def _evaluate_periodic(self, step: int, state: TrainState, specs: list[evaluators.EvalSpec],
-                         writer: metric_writers.MetricWriter, best: checkpoints.BestParams | None,
+                         writer: "metric_writers.MetricWriter", best: checkpoints.BestParams | None,
                          log: run_dirs.EvaluationLog) -> dict:
     metrics = self.evaluate(self.objective.model(state.params), specs)
     flat = {k: v for m in metrics.values() for k, v in m.items()}
@@ -273,6 +277,7 @@ class Trainer:
       last_metrics = self._evaluate_periodic(start, state, owed, writer, best, log)
     logging.info("%s: training from step %d to %d on mesh %s.", config.name, start, num_steps, dict(self.mesh.shape))
     # CLU: steps/s to TensorBoard, and steps/s, ETA and the time share of evaluation to the log.
+    from clu import periodic_actions  # pylint: disable=g-import-not-at-top  # TensorFlow too: see `_writer`.
     progress = periodic_actions.ReportProgress(num_train_steps=num_steps, writer=writer, every_secs=_PROGRESS_SECONDS)
     progress(start)  # Measures from here.
     with _termination_notice() as terminated:
