@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 
+from clu import metric_writers
 from etils import epath
 import jax
 import ml_collections
@@ -582,13 +583,13 @@ def test_a_gs_workdir_trains_resumes_and_evaluates_on_cloud_storage(kg_dir, tfds
   # TensorFlow's summary writer reaches Cloud Storage through its own client, which has no emulator
   # endpoint: the test checks the URL it is given and lets it write locally.
   summary_dirs = []
-  create_writer = trainers.metric_writers.create_default_writer
+  create_writer = metric_writers.create_default_writer
 
   def local_writer(logdir, **kwargs):
     summary_dirs.append(os.fspath(logdir))
     return create_writer(tmp_path / "summaries" / pathlib.Path(os.fspath(logdir)).name, **kwargs)
 
-  monkeypatch.setattr(trainers.metric_writers, "create_default_writer", local_writer)
+  monkeypatch.setattr(metric_writers, "create_default_writer", local_writer)
   workdir = "gs://bucket/runs/tiny"
   results = experiment.train_and_evaluate(config, workdir)
 
