@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from configs import blp as blp_config
+from configs import docent as docent_config
 from configs import supcon as supcon_config
 from docent_jax import experiment
 from docent_jax.evaluation import seeds
 import kg_fixtures
-import review_fixtures
 import test_supcon
 
 
@@ -107,15 +107,15 @@ def test_one_override_gives_supcon_and_its_fine_tuning_seeds_their_mean_and_std(
   _seed_pairs(results, "supcon_trained", "test/f1")
 
 
-def test_one_override_gives_docent_and_its_tag_stage_seeds_their_mean_and_std(reviews_dir, reviews_tfds_dir, tmp_path):
-  config = review_fixtures.tiny_config(reviews_dir, reviews_tfds_dir)
-  config.baselines = {}
-  config.evals = {"search": config.evals.search}
-  config.finetune = {"tags": config.finetune.tags}
+def test_a_tag_stage_of_a_seed_starts_from_that_seeds_model_and_reports_under_it():
+  config = docent_config.get_config("dual")
   config.num_seeds = 2
-  results = experiment.train_and_evaluate(config, tmp_path)
-  _seed_pairs(results, "docent_dual", "test/search_mrr")
-  _seed_pairs(results, "docent_dual", "test/tags_map")  # The tag stage reports under its model.
+  runs = {run.name: run for run in experiment.model_configs(config)}
+  stage = runs["docent_dual_tags_seed1"]
+  assert (stage.model_init, stage.seed) == ("docent_dual_seed1", 1)
+  # The tag stage reports under its model, so `docent_dual@seeds` averages the tag metrics of both seeds too.
+  assert {entry.report_as for entry in stage.evals.values()} == {"docent_dual_seed1"}
+  assert {entry.report_as for entry in runs["docent_dual_tags"].evals.values()} == {"docent_dual"}
 
 
 def test_runs_selects_models_and_stages_with_their_seeds():
