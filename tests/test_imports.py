@@ -1,6 +1,8 @@
 """The import graph of the package: no cycles, and evaluation/ imports no trainer, objective or data loader."""
 import ast
 import pathlib
+import subprocess
+import sys
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "docent_jax"
 # evaluation/ turns a model and a dataset into metrics: it may name the datasets' types (a knowledge graph, a
@@ -70,3 +72,13 @@ def test_evaluation_imports_no_trainer_objective_or_data_loader():
   wrong = sorted((module, target) for module, targets in graph.items() if module.startswith("docent_jax.evaluation")
                  for target in targets if target.startswith(EVALUATION_MAY_NOT_IMPORT))
   assert not wrong
+
+
+def test_the_command_line_imports_no_tensorflow_until_a_run_writes_summaries():
+  # TensorFlow (through CLU's writers) costs seconds and ~600 MiB: --help or a
+  # run that fails its config checks must not pay for it.
+  code = ("import sys, docent_jax.main; "
+          "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'clu'}))")
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=PACKAGE.parent)
+  assert result.stdout.strip() == "[]", result.stdout

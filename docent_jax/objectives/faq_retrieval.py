@@ -110,7 +110,7 @@ class FaqRetrievalObjective(base.Objective):
         self._negatives = faq_negatives.random_negatives(len(self.faq.questions), relevant, k, rng)
       else:
         scores = search.cosine_scores(self.retriever_vectors(self.query_tokens["train"]),
-                                             self.retriever_vectors(self.question_tokens))
+                                      self.retriever_vectors(self.question_tokens))
         rules = self.mining_rules()
         self._negatives, counts = faq_negatives.mine(scores, relevant, self.faq.answers, k, rules, rng)
         logging.info("%s: %d retrieved negatives for each of %d training queries (%s); candidates dropped: %s; "

@@ -212,13 +212,10 @@ def load_faq(source: str, *, data_dir: epath.PathLike | None, manual_dir: epath.
 def _hold_out_validation(queries: dict[str, list[str]], relevant: dict[str, np.ndarray], fraction: float,
                          seed: int) -> None:
   """Moves a seeded draw of `fraction` of the training queries into a 'validation' split, both in file order."""
-  if not 0 < fraction < 1:
-    raise ValueError(f"A validation fraction must lie in [0, 1) (0: no validation split); got {fraction}.")
-  order = np.random.default_rng(seed).permutation(len(queries["train"]))
-  held = round(fraction * len(order))
-  if not 0 < held < len(order):
-    raise ValueError(f"A validation fraction {fraction} of {len(order)} training queries leaves a split "
-                     "without queries.")
-  for split, rows in (("validation", np.sort(order[:held])), ("train", np.sort(order[held:]))):
+  kept, held = faq.seeded_holdout(len(queries["train"]), fraction, seed)
+  if not (len(kept) and len(held)):
+    raise ValueError(f"data.validation_query_fraction={fraction} of {len(queries['train'])} training queries "
+                     "leaves a split without queries.")
+  for split, rows in (("validation", held), ("train", kept)):
     queries[split] = [queries["train"][row] for row in rows]
     relevant[split] = relevant["train"][rows]

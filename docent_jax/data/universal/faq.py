@@ -201,10 +201,16 @@ def split_queries(queries: Sequence[FaqQuery], test_fraction: float, seed: int) 
   """A seeded draw of `test_fraction` of the queries as 'test', the others 'train'; each in the queries' order."""
   if not 0 < test_fraction < 1:
     raise ValueError(f"test_fraction must lie between 0 and 1, not {test_fraction}.")
-  order = np.random.default_rng(seed).permutation(len(queries))
-  test = set(order[:round(test_fraction * len(queries))].tolist())
-  return {"train": [q for i, q in enumerate(queries) if i not in test],
-          "test": [q for i, q in enumerate(queries) if i in test]}
+  kept, held = seeded_holdout(len(queries), test_fraction, seed)
+  return {"train": [queries[row] for row in kept], "test": [queries[row] for row in held]}
+
+
+def seeded_holdout(count: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+  """Row numbers (kept, held out) of `count` rows, round(fraction * count) of them held out by a seeded draw;
+  each in row order. The test queries and the validation queries are drawn by this one rule."""
+  order = np.random.default_rng(seed).permutation(count)
+  held = round(fraction * count)
+  return np.sort(order[held:]), np.sort(order[:held])
 
 
 def _tsv_rows(path: epath.PathLike, columns: Sequence[str], optional_last: bool) -> list[tuple[int, list[str]]]:
