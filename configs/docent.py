@@ -61,6 +61,7 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   # mesh of up to 128 devices, or of a divisor of it: jit splits only equal shards, and a table it cannot split is
   # replicated and gathered on every step (docs/cloud_tpu.md). Raise it for a larger mesh.
   config.model.entity_rows_multiple = 128
+  config.model.sentence_pooling = "cls"  # f(s) of DUAL and HYBRID: [CLS] (RELIC's) | mean.
 
   config.loss = ml_collections.ConfigDict()
   # full: softmax over the whole sharded table (every row gets a gradient each step; the default, as it
@@ -82,12 +83,11 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   # pretrained encoder (mean | cls).
   bos_sentences_per_movie = ml_collections.FieldReference(8)
   bos_pooling = ml_collections.FieldReference("mean")
-  # The model's search, and the untrained baselines (reported under their own names): BM25 and bag-of-sentences
-  # search, popular tags and TF-IDF for tags and genres. BoS-BERT tags are fine-tuning runs (`baselines` below).
+  # The model's search, and the untrained baselines (reported under their own names): BM25 search, popular tags
+  # and TF-IDF for tags and genres. Bag-of-sentences search and BoS-BERT tags are runs (`baselines` below).
   config.evals = ml_collections.ConfigDict(dict(
       search=common.evaluator("movie_search"),
       bm25=common.baseline("bm25_search", "bm25"),
-      bos=common.baseline("bos_search", "bos", sentences_per_movie=bos_sentences_per_movie, pooling=bos_pooling),
       top_tags=common.baseline("top_tags", "top_tags"),
       tfidf=common.baseline("tfidf_tags", "tfidf")))
   # Tag prediction fine-tunes a scorer against the frozen entity vectors (AdamW, linear decay), one run per
@@ -112,11 +112,17 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
       **open_vocabulary_runs(config, (OPEN_VOCABULARY_FRACTION,)),
   })
 
-  # BoS-BERT: the same tag fine-tuning with review sentences of the pretrained encoder as items.
+  # BoS-BERT: the same tag fine-tuning with review sentences of the pretrained encoder as items. Bag-of-sentences
+  # search: the pretrained encoder (0 steps of DUAL, f(s) pooled by `bos_pooling`) scores a movie by its best
+  # sentence.
   config.baselines = ml_collections.ConfigDict({
       f"bos_bert_{label_set}": tag_prediction(config, "dual", label_set, 1.0, items="sentences",
                                               report_as="bos_bert")
       for label_set in ("tags", "genres")})
+  config.baselines.bos = dict(
+      objective="docent_dual", model=dict(sentence_pooling=bos_pooling, entity_init="random"),
+      train=dict(num_steps=0, best_metric=""), finetune={},
+      evals=dict(search=common.evaluator("bos_search", sentences_per_movie=bos_sentences_per_movie)))
   return SETTINGS[setting](config) if setting else config
 
 

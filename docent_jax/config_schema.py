@@ -1,7 +1,7 @@
 """The one place a config's values are checked, before anything is read, built or trained.
 
 `check_config` rejects a value no run can use, naming its key: each numeric key with a valid range (wherever
-it appears in a run's config), the valid values of `model.dtype`, what the mesh and the process count require of
+it appears in a run's config), the valid values of `model.dtype`, `model.pooling` and `model.sentence_pooling`, what the mesh and the process count require of
 batch sizes, a best metric that nothing reports, and the rules an objective adds (`Objective.config_rules`).
 Types are not checked here: a config field keeps the type it was created with, and ml_collections refuses a value
 of another (`--config.data.num_workers=1.5`); ranges and valid values are what neither its typed fields nor a
@@ -25,6 +25,11 @@ class ConfigError(ValueError):
 
 
 MODEL_DTYPES = ("float32", "bfloat16", "float16")
+# A text encoder's vector of a text: the mean of its output states, or of its input word-piece vectors (the static
+# baseline, which nothing trains: the objectives train the output states).
+MODEL_POOLINGS = ("mean", "input_word_pieces")
+# DOCENT-DUAL's and HYBRID's f(s): RELIC's [CLS], or the mean output (the bag-of-sentences baseline's default).
+SENTENCE_POOLINGS = ("cls", "mean")
 
 # (key pattern, valid, what is valid): a pattern matches dotted keys (fnmatch); numbers only (a bool is no number).
 Rule = tuple[str, Callable[[float], bool], str]
@@ -139,6 +144,15 @@ def check_config(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, row
   if "dtype" in config.get("model", {}):
     dtype = config.model.dtype
     checks.append(("model.dtype", dtype, dtype in MODEL_DTYPES, f"valid: {list(MODEL_DTYPES)}"))
+  if "pooling" in config.get("model", {}):
+    pooling = config.model.pooling
+    checks.append(("model.pooling", pooling, pooling in MODEL_POOLINGS, f"valid: {list(MODEL_POOLINGS)}"))
+    checks.append(("model.pooling", pooling, pooling == "mean" or train.num_steps == 0,
+                   "the static word-piece model is not trained (set train.num_steps=0)"))
+  if "sentence_pooling" in config.get("model", {}):
+    pooling = config.model.sentence_pooling
+    checks.append(("model.sentence_pooling", pooling, pooling in SENTENCE_POOLINGS,
+                   f"valid: {list(SENTENCE_POOLINGS)}"))
   for key, value, ok, message in checks:
     if not ok:
       raise ConfigError(f"config.{key} = {value!r}: {message}.")

@@ -48,7 +48,8 @@ RESTART_SAFE_KEYS = ("mesh", "data.num_workers", "data.prefetch", "model.remat",
 # did: a recorded config without the key reads as having that value, so that those runs still resume.
 ADDED_KEYS = {"optim.schedule": "linear", "data.drop_stopwords": False, "data.setting": "inductive",
               "model.entity_rows_multiple": 1, "data.train_entity_fraction": 1.0, "data.validation_query_fraction": 0.0,
-              "data.search_queries": "",
+              "data.search_queries": "", "model.pooling": "mean",
+              "model.sentence_pooling": "cls",
               "loss.mining": {"exclude_same_answer": False, "range_min": 0, "range_max": 0, "relative_margin": 0.0}}
 # Keys of the former `eval` block, by their names now; a recorded config reads with them renamed, so that its run
 # still loads and resumes. The block's other keys were evaluator settings, now `evals` options.

@@ -5,16 +5,16 @@ import json
 import re
 
 from etils import epath
-import ml_collections
 import numpy as np
 import pytest
 import transformers
 
 from docent_jax.data import io
 from docent_jax.data.universal import analogies as analogy_sets
+from docent_jax.data.universal import analogy_candidates
 from docent_jax.data.universal import corpus as universal_corpus
 from docent_jax.evaluation import analogies
-from docent_jax.inference import text_encoder
+from docent_jax.models import pretrained
 
 NUM_ITEMS, DIM, NUM_QUESTIONS = 40, 8, 30
 
@@ -63,23 +63,23 @@ def _naive_candidates(questions, vocabulary, vectors, num_candidates):
 
 def test_candidates_are_the_reference_top_with_the_answer(reference):
   questions, vocabulary, vectors = reference
-  candidates = analogies.closed_vocabulary_candidates(questions, vocabulary, vectors)
-  assert candidates == _naive_candidates(questions, vocabulary, vectors, analogies.NUM_CANDIDATES)
+  candidates = analogy_candidates.closed_vocabulary_candidates(questions, vocabulary, vectors)
+  assert candidates == _naive_candidates(questions, vocabulary, vectors, analogy_candidates.NUM_CANDIDATES)
   for question, question_candidates in zip(questions, candidates):
-    assert len(question_candidates) == analogies.NUM_CANDIDATES
+    assert len(question_candidates) == analogy_candidates.NUM_CANDIDATES
     assert question_candidates.count(question.items[3]) == 1
     assert not set(question.items[:3]) & set(question_candidates)
   # Both cases occur: answers the reference ranks first, and answers put last in place of the 5th.
   gold = analogies.analogy_texts(questions, candidates).gold_positions
   assert (gold[::3] == 0).all()
-  assert (gold == analogies.NUM_CANDIDATES - 1).sum() >= NUM_QUESTIONS // 2
+  assert (gold == analogy_candidates.NUM_CANDIDATES - 1).sum() >= NUM_QUESTIONS // 2
 
 
 def test_candidates_do_not_depend_on_the_block_or_the_run(reference):
   questions, vocabulary, vectors = reference
-  candidates = analogies.closed_vocabulary_candidates(questions, vocabulary, vectors, num_candidates=3)
+  candidates = analogy_candidates.closed_vocabulary_candidates(questions, vocabulary, vectors, num_candidates=3)
   for block_size in (1, len(vocabulary) * 7, 10**9):
-    assert analogies.closed_vocabulary_candidates(questions, vocabulary, vectors, num_candidates=3,
+    assert analogy_candidates.closed_vocabulary_candidates(questions, vocabulary, vectors, num_candidates=3,
                                                   block_size=block_size) == candidates
   assert candidates == _naive_candidates(questions, vocabulary, vectors, 3)
 
@@ -87,67 +87,67 @@ def test_candidates_do_not_depend_on_the_block_or_the_run(reference):
 def test_candidates_refuse_what_breaks_the_protocol(reference):
   questions, vocabulary, vectors = reference
   with pytest.raises(ValueError, match=r"1 question items are not in the vocabulary, e.g. \['Paris'\]"):
-    analogies.closed_vocabulary_candidates([_question("capital-world", ("w0", "w1", "w2", "Paris"))], vocabulary,
+    analogy_candidates.closed_vocabulary_candidates([_question("capital-world", ("w0", "w1", "w2", "Paris"))], vocabulary,
                                            vectors)
   with pytest.raises(ValueError, match=r"answer among a, b and c, e.g. question 0"):
-    analogies.closed_vocabulary_candidates([_question("capital-world", ("w0", "w1", "w2", "w1"))], vocabulary,
+    analogy_candidates.closed_vocabulary_candidates([_question("capital-world", ("w0", "w1", "w2", "w1"))], vocabulary,
                                            vectors)
   with pytest.raises(ValueError, match=r"\(1 repeated\)"):
-    analogies.closed_vocabulary_candidates(questions, ["w1", *vocabulary[1:]], vectors)
+    analogy_candidates.closed_vocabulary_candidates(questions, ["w1", *vocabulary[1:]], vectors)
   with pytest.raises(ValueError, match=r"Cannot take 5 candidates from 7 items"):
-    analogies.closed_vocabulary_candidates(questions[:1], vocabulary[:7], vectors[:7])
+    analogy_candidates.closed_vocabulary_candidates(questions[:1], vocabulary[:7], vectors[:7])
 
 
-PROTOCOL = analogies.candidate_protocol_digest("reference", "tokenizer", ["w0", "w1"])
+PROTOCOL = analogy_candidates.candidate_protocol_digest("reference", "tokenizer", ["w0", "w1"])
 
 
 def test_candidate_file_round_trips_and_refuses_other_questions(reference, tmp_path):
   questions, vocabulary, vectors = reference
-  candidates = analogies.closed_vocabulary_candidates(questions, vocabulary, vectors)
+  candidates = analogy_candidates.closed_vocabulary_candidates(questions, vocabulary, vectors)
   path = tmp_path / "made" / "candidates.json"
-  analogies.write_candidates(path, questions, candidates, PROTOCOL)
-  assert analogies.read_candidates(path, questions, PROTOCOL) == candidates
+  analogy_candidates.write_candidates(path, questions, candidates, PROTOCOL)
+  assert analogy_candidates.read_candidates(path, questions, PROTOCOL) == candidates
   for other_questions in (questions[:-1], [_question("family", question.items) for question in questions]):
-    with pytest.raises(analogies.StaleCandidatesError,
+    with pytest.raises(analogy_candidates.StaleCandidatesError,
                        match=rf"^{re.escape(str(path))} holds the candidates of other questions \(30 "):
-      analogies.read_candidates(path, other_questions, PROTOCOL)
+      analogy_candidates.read_candidates(path, other_questions, PROTOCOL)
   path.write_text(json.dumps({"candidates": [list(c) for c in candidates]}))
   with pytest.raises(io.DataFormatError, match=rf"^{re.escape(str(path))}: not a file of analogy candidates"):
-    analogies.read_candidates(path, questions, PROTOCOL)
+    analogy_candidates.read_candidates(path, questions, PROTOCOL)
 
 
 def test_candidate_file_of_another_protocol_is_stale(reference, tmp_path):
   questions, vocabulary, vectors = reference
-  candidates = analogies.closed_vocabulary_candidates(questions, vocabulary, vectors)
+  candidates = analogy_candidates.closed_vocabulary_candidates(questions, vocabulary, vectors)
   path = tmp_path / "candidates.json"
-  analogies.write_candidates(path, questions, candidates, PROTOCOL)
-  other = analogies.candidate_protocol_digest("reference", "tokenizer", ["w0", "w1"], num_candidates=4)
-  with pytest.raises(analogies.StaleCandidatesError, match=rf"made by another protocol \(digest {PROTOCOL}\)"):
-    analogies.read_candidates(path, questions, other)
+  analogy_candidates.write_candidates(path, questions, candidates, PROTOCOL)
+  other = analogy_candidates.candidate_protocol_digest("reference", "tokenizer", ["w0", "w1"], num_candidates=4)
+  with pytest.raises(analogy_candidates.StaleCandidatesError, match=rf"made by another protocol \(digest {PROTOCOL}\)"):
+    analogy_candidates.read_candidates(path, questions, other)
   # A file of the protocol before the digest was recorded (candidates from the question words only).
   path.write_text(json.dumps({"questions_digest": json.loads(path.read_text())["questions_digest"],
                               "num_questions": len(questions), "candidates": [list(c) for c in candidates]}))
-  with pytest.raises(analogies.StaleCandidatesError, match=r"made by another protocol \(digest None\)"):
-    analogies.read_candidates(path, questions, PROTOCOL)
+  with pytest.raises(analogy_candidates.StaleCandidatesError, match=r"made by another protocol \(digest None\)"):
+    analogy_candidates.read_candidates(path, questions, PROTOCOL)
 
 
 def test_protocol_digest_covers_what_makes_candidates():
-  digests = {analogies.candidate_protocol_digest("reference", "tokenizer", ["w0", "w1"]),
-             analogies.candidate_protocol_digest("reference", "tokenizer", ["w0", "w1"], num_candidates=4),
-             analogies.candidate_protocol_digest("reference", "tokenizer", ["w0", "w2"]),
-             analogies.candidate_protocol_digest("reference", "tokenizer", ["w1", "w0"]),
-             analogies.candidate_protocol_digest("other", "tokenizer", ["w0", "w1"]),
-             analogies.candidate_protocol_digest("reference", "other", ["w0", "w1"])}
+  digests = {analogy_candidates.candidate_protocol_digest("reference", "tokenizer", ["w0", "w1"]),
+             analogy_candidates.candidate_protocol_digest("reference", "tokenizer", ["w0", "w1"], num_candidates=4),
+             analogy_candidates.candidate_protocol_digest("reference", "tokenizer", ["w0", "w2"]),
+             analogy_candidates.candidate_protocol_digest("reference", "tokenizer", ["w1", "w0"]),
+             analogy_candidates.candidate_protocol_digest("other", "tokenizer", ["w0", "w1"]),
+             analogy_candidates.candidate_protocol_digest("reference", "other", ["w0", "w1"])}
   assert len(digests) == 6
-  assert analogies.candidate_protocol_digest("reference", "tokenizer", ["w0", "w1"]) == PROTOCOL
+  assert analogy_candidates.candidate_protocol_digest("reference", "tokenizer", ["w0", "w1"]) == PROTOCOL
 
 
 def test_candidate_file_on_gs(reference, gcs_bucket):
   questions, vocabulary, vectors = reference
   _, opened = gcs_bucket
-  candidates = analogies.closed_vocabulary_candidates(questions, vocabulary, vectors)
-  analogies.write_candidates("gs://bucket/analogies/candidates.json", questions, candidates, PROTOCOL)
-  assert analogies.read_candidates("gs://bucket/analogies/candidates.json", questions, PROTOCOL) == candidates
+  candidates = analogy_candidates.closed_vocabulary_candidates(questions, vocabulary, vectors)
+  analogy_candidates.write_candidates("gs://bucket/analogies/candidates.json", questions, candidates, PROTOCOL)
+  assert analogy_candidates.read_candidates("gs://bucket/analogies/candidates.json", questions, PROTOCOL) == candidates
   assert opened == ["gs://bucket/analogies/candidates.json"] * 2
 
 
@@ -170,12 +170,12 @@ def tiny_tokenizer(tmp_path):
 
 
 def test_whole_words_of_a_wordpiece_vocabulary(tiny_tokenizer):
-  assert analogies.whole_words(tiny_tokenizer) == {TINY_VOCABULARY.index(word): word for word in TINY_WHOLE_WORDS}
+  assert analogy_candidates.whole_words(tiny_tokenizer) == {TINY_VOCABULARY.index(word): word for word in TINY_WHOLE_WORDS}
 
 
 def test_candidate_vocabulary_is_the_whole_words_and_the_other_question_items(tiny_tokenizer):
   # Whole words in id order, written as the questions write them; then the items that are no whole word.
-  assert analogies.candidate_vocabulary(TINY_QUESTIONS, tiny_tokenizer) == [
+  assert analogy_candidates.candidate_vocabulary(TINY_QUESTIONS, tiny_tokenizer) == [
       "Paris", "France", "Rome", "Italy", "spain", "ox", "California", "capital", "the", "Boston Globe", "Oxnard"]
 
 
@@ -188,13 +188,11 @@ def test_candidates_come_from_words_outside_the_questions(tiny_tokenizer):
   table = np.random.default_rng(0).normal(size=(len(TINY_VOCABULARY), 3))
   for piece, row in rows.items():
     table[TINY_VOCABULARY.index(piece)] = row
-  reference_model = text_encoder.StaticWordPieceModel(
-      ml_collections.ConfigDict({"name": "tiny_reference"}), {}, table, tokenizer=tiny_tokenizer)
-  vocabulary = analogies.candidate_vocabulary(TINY_QUESTIONS, tiny_tokenizer)
-  vectors = reference_model.encode(vocabulary)
+  vocabulary = analogy_candidates.candidate_vocabulary(TINY_QUESTIONS, tiny_tokenizer)
+  vectors = pretrained.mean_input_word_pieces(tiny_tokenizer, table, vocabulary)
   np.testing.assert_allclose(vectors[vocabulary.index("Oxnard")], (0.1, 0.35, 0.95))
-  candidates = analogies.closed_vocabulary_candidates(TINY_QUESTIONS, vocabulary, vectors)
-  assert candidates == _naive_candidates(TINY_QUESTIONS, vocabulary, vectors, analogies.NUM_CANDIDATES)
+  candidates = analogy_candidates.closed_vocabulary_candidates(TINY_QUESTIONS, vocabulary, vectors)
+  assert candidates == _naive_candidates(TINY_QUESTIONS, vocabulary, vectors, analogy_candidates.NUM_CANDIDATES)
   assert candidates[0][0] == "spain" and candidates[0][-1] == "Italy"
   # Cosines with France - Paris + Rome: spain 1.00, capital 0.96, Oxnard 0.91, ox 0.90, the 0.86, ...
   assert candidates[0] == ("spain", "capital", "Oxnard", "ox", "Italy")
@@ -233,33 +231,33 @@ def test_question_sets_remake_the_candidates_of_an_earlier_protocol(tmp_path):
   question_words = {item for question in words for item in question.items}
   earlier = [(question.items[3], *sorted(question_words - set(question.items))[:4]) for question in words]
   path = tmp_path / "candidates" / "words_minilm-l6.json"
-  analogies.write_candidates(path, words, earlier, "unused")
+  analogy_candidates.write_candidates(path, words, earlier, "unused")
   record = json.loads(path.read_text())
   del record["protocol_digest"]  # As files were written before they recorded their protocol.
   path.write_text(json.dumps(record))
   directories = (tuple(words), tuple(sources.phrase_analogies), sources.candidates_dir, "minilm-l6", "minilm-l6")
 
-  analogies.question_sets.cache_clear()
-  sets = analogies.question_sets(*directories)
+  analogy_candidates.question_sets.cache_clear()
+  sets = analogy_candidates.question_sets(*directories)
   made = sets["word"].candidates
   assert made != earlier
   assert all(set(candidates) - question_words for candidates in made)  # Real words beyond the questions'.
-  tokenizer = text_encoder.static_word_pieces("minilm-l6", "minilm-l6").tokenizer
-  vocabulary = analogies.candidate_vocabulary(words, tokenizer)
+  tokenizer = pretrained.load_tokenizer("minilm-l6")
+  vocabulary = analogy_candidates.candidate_vocabulary(words, tokenizer)
   assert len(vocabulary) > 20_000
-  protocol = analogies.candidate_protocol_digest("minilm-l6", "minilm-l6", vocabulary)
-  assert analogies.read_candidates(path, words, protocol) == made
+  protocol = analogy_candidates.candidate_protocol_digest("minilm-l6", "minilm-l6", vocabulary)
+  assert analogy_candidates.read_candidates(path, words, protocol) == made
   assert [candidates[0] for candidates in sets["sentence"].candidates] == [
-      analogy_sets.item_version(question.section, candidates[0], "sentence", analogies.ANSWER_POSITION)
+      analogy_sets.item_version(question.section, candidates[0], "sentence", analogy_candidates.ANSWER_POSITION)
       for question, candidates in zip(words, made)]
   phrase_items = {item for question in sets["phrase_set"].questions for item in question.items}
   assert all(set(candidates) - phrase_items for candidates in sets["phrase_set"].candidates)
 
   reordered = [candidates[::-1] for candidates in made]
-  analogies.write_candidates(path, words, reordered, protocol)
-  analogies.question_sets.cache_clear()
-  assert analogies.question_sets(*directories)["word"].candidates == reordered
-  analogies.question_sets.cache_clear()
+  analogy_candidates.write_candidates(path, words, reordered, protocol)
+  analogy_candidates.question_sets.cache_clear()
+  assert analogy_candidates.question_sets(*directories)["word"].candidates == reordered
+  analogy_candidates.question_sets.cache_clear()
 
 
 # man : king :: woman : ? in 2-D. Only over unit vectors is b - a + c = (-2, 1), the direction of 'queen':
@@ -270,7 +268,7 @@ VECTORS_2D = {"man": (3.0, 0.0), "king": (0.0, 1.0), "woman": (-1.0, 0.0), "quee
 ROYAL = ("man", "king", "woman")
 
 
-@pytest.mark.parametrize("block_size", [1, analogies.BLOCK_SIZE])
+@pytest.mark.parametrize("block_size", [1, analogy_candidates.BLOCK_SIZE])
 def test_answers_on_2d_vectors(block_size):
   questions = [_question("family", (*ROYAL, answer)) for answer in ("queen", "rival", "queen", "queen", "nothing")]
   candidates = [("prince", "rival", "queen", "nothing"),
@@ -301,10 +299,10 @@ def test_level_candidates_keep_the_alignment():
            _question("family", ("boy", "girl", "he", "she"))]
   word_candidates = [("Iran", "Iraq", "Syria"), ("her", "woman", "she")]
   aligned = analogy_sets.phrase_and_sentence_versions(words)
-  phrase_candidates = analogies.level_candidates(words, aligned.phrases, word_candidates, "phrase")
+  phrase_candidates = analogy_candidates.level_candidates(words, aligned.phrases, word_candidates, "phrase")
   assert phrase_candidates == [("a postcard from Iran", "a postcard from Iraq", "a postcard from Syria"),
                                ("a letter from her family", "a letter from the woman", "a letter from her")]
-  sentence_candidates = analogies.level_candidates(words, aligned.sentences, word_candidates, "sentence")
+  sentence_candidates = analogy_candidates.level_candidates(words, aligned.sentences, word_candidates, "sentence")
   assert sentence_candidates[1] == ("We got a long letter from her family yesterday.",
                                     "We got a long letter from the woman yesterday.",
                                     "We got a long letter from her yesterday.")
@@ -313,13 +311,13 @@ def test_level_candidates_keep_the_alignment():
     np.testing.assert_array_equal(analogies.analogy_texts(level_questions, candidates).gold_positions, word_gold)
 
   with pytest.raises(ValueError, match=r"phrase question 0 \(family: .*\) is not the phrase version of word question"):
-    analogies.level_candidates(words, aligned.phrases[::-1], word_candidates, "phrase")
+    analogy_candidates.level_candidates(words, aligned.phrases[::-1], word_candidates, "phrase")
   with pytest.raises(ValueError, match=r"is not the phrase version"):
-    analogies.level_candidates(words, aligned.sentences, word_candidates, "phrase")
+    analogy_candidates.level_candidates(words, aligned.sentences, word_candidates, "phrase")
   with pytest.raises(ValueError, match=r"Got 2 word questions, 1 phrase questions and 2 candidate lists"):
-    analogies.level_candidates(words, aligned.phrases[:1], word_candidates, "phrase")
+    analogy_candidates.level_candidates(words, aligned.phrases[:1], word_candidates, "phrase")
   with pytest.raises(ValueError, match=r"Unknown level 'paragraph'"):
-    analogies.level_candidates(words, aligned.phrases, word_candidates, "paragraph")
+    analogy_candidates.level_candidates(words, aligned.phrases, word_candidates, "paragraph")
 
 
 @pytest.mark.parametrize("level", analogy_sets.FRAMES)
@@ -335,7 +333,7 @@ def test_the_pairs_of_a_question_and_the_candidates_take_their_frames(level):
     assert a != c, (section, a)
     assert (a, b) == (first.format(template.slot("calm")), first.format(template.slot("Calm")))
     assert (c, d) == (second.format(template.slot("calm")), second.format(template.slot("Calmly")))
-    [candidates] = analogies.level_candidates([word], [version], [("Calm", "Calmly", "calm")], level)
+    [candidates] = analogy_candidates.level_candidates([word], [version], [("Calm", "Calmly", "calm")], level)
     assert candidates == (second.format(template.slot("Calm")), d, c)
 
 

@@ -108,6 +108,12 @@ def test_training_reports_tasks_analogies_and_similarity_for_every_model(tiny_co
                 "analogy_word/gram3-comparative/accuracy", "analogy_phrase_set/accuracy"):
       assert 0.0 <= results[f"{model}/{key}"] <= 1.0, (model, key)
     assert -1.0 <= results[f"{model}/ppdb_sample/spearman"] <= 1.0, model
+  # The static baseline is its own run: the shipped encoder's input word-piece rows, averaged.
+  static, shipped = docent_jax.load(tmp_path / "static_wordpiece"), docent_jax.load(tmp_path / "pretrained")
+  table = np.asarray(shipped.params["bert"]["embeddings"]["word_embeddings"]["embedding"], np.float64)
+  pieces = shipped.tokenizer(["a dog runs"], add_special_tokens=False)["input_ids"][0]
+  np.testing.assert_allclose(static.encode(["a dog runs"])[0], table[pieces].mean(axis=0), rtol=1e-12)
+  assert not np.allclose(static.encode("a dog runs"), shipped.encode("a dog runs"), atol=1e-3)
   # Candidates are made once, beside the TFDS data, and every model answers among them.
   assert sorted(p.name for p in (pathlib.Path(tiny_config.data.tfds_data_dir) / "analogy_candidates").iterdir()) == [
       "phrases_minilm-l6.json", "words_minilm-l6.json"]
@@ -239,3 +245,16 @@ def test_faq_fine_tuning_reports_every_model_and_the_lexical_baselines(faq_confi
   answer = json.loads(output.getvalue())["results"]
   assert [item["answer"] for item in answer] == [faq.answers[int(item["id"])] for item in answer]
   assert answer[0]["score"] >= answer[1]["score"]
+
+
+def test_the_static_baseline_is_never_trained_and_pooling_names_its_valid_values():
+  config = universal.get_config("multitask")
+  mesh = parallel.create_mesh(config.mesh)
+  static = {run.name: run for run in experiment.model_configs(config)}["static_wordpiece"]
+  config_schema.check_config(static, mesh)
+  static.train.num_steps = 10  # The objectives train the output states: nothing would train its vectors.
+  with pytest.raises(config_schema.ConfigError, match="config.model.pooling = 'input_word_pieces': .*num_steps=0"):
+    config_schema.check_config(static, mesh)
+  config.model.pooling = "max"
+  with pytest.raises(config_schema.ConfigError, match=r"config.model.pooling = 'max': valid: \['mean', 'input_word"):
+    config_schema.check_config(config, mesh)

@@ -79,7 +79,7 @@ def tiny_config(nli_dir: pathlib.Path, pack: pathlib.Path, manual_dir: pathlib.P
   config.data.max_pairs_per_class = 0
   config.evals.validation.every_steps = 3
   config.evals.validation.max_pairs = 10  # Of 16 NLI and 11 phrase validation pairs.
-  config.baselines = {name: config.baselines[name] for name in ("universal_nli", "pretrained")}
+  config.baselines = {name: config.baselines[name] for name in ("universal_nli", "pretrained", "static_wordpiece")}
   return config
 
 

@@ -5,8 +5,8 @@ and of trained runs, without training anything: writes `<model>/analogy_<level>/
   python tools/evaluate_universal_analogies.py --manual_dir=DATA --output=OUT.json \
       --run_dirs=WORKDIR/universal_multitask
 
-Models: `static_wordpiece` (the reference's input word pieces, averaged: the `analogies` evaluator with
-static=True), `pretrained` (the encoder of `configs/universal.py:multitask` as shipped) and each of --run_dirs
+Models: `static_wordpiece` (the reference's input word pieces, averaged: `model.pooling=input_word_pieces`),
+`pretrained` (the encoder of `configs/universal.py:multitask` as shipped) and each of --run_dirs
 (`docent_jax.load`, reported under its directory's name). Every model is scored by the `analogies` evaluator
 of that config, among the candidates kept under --candidates_dir (default: beside the TFDS data, where a training
 run keeps them).
@@ -47,34 +47,36 @@ def define_flags() -> None:
   flags.mark_flags_as_required(["manual_dir", "output"])
 
 
-def pretrained_encoder(config: ml_collections.ConfigDict) -> text_encoder.TextEncoderModel:
-  """The mean-pooled encoder of `config.model` with its pretrained weights, as a run of 0 steps reports it."""
+def pretrained_encoders(config: ml_collections.ConfigDict) -> dict[str, text_encoder.TextEncoderModel]:
+  """The encoder of `config.model` with its pretrained weights, as a run of 0 steps reports it: static (the mean
+  of its input word pieces) and pretrained (the mean of its outputs)."""
   tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
   bert_config, bert_params = pretrained.load_model_bert(config.model, len(tokenizer))
   params = {"bert": pretrained.pretrained_or_fixed_bert(bert_params, bert_config, config.seed)}
-  return text_encoder.TextEncoderModel(config, {}, params, tokenizer=tokenizer)
+  encoders = {}
+  for name, pooling in ((STATIC_MODEL, "input_word_pieces"), (PRETRAINED_MODEL, "mean")):
+    model_config = ml_collections.ConfigDict(config.to_dict())
+    model_config.name, model_config.model.pooling = name, pooling
+    encoders[name] = text_encoder.TextEncoderModel(model_config, {}, params, tokenizer=tokenizer)
+  return encoders
 
 
 def main(argv: list[str]) -> None:
   del argv
   config = universal.get_config("multitask")
-  config.name = PRETRAINED_MODEL
   candidates_dir = epath.Path(FLAGS.candidates_dir
                               or tfds_loading.default_data_dir() / universal_objective.CANDIDATES_DIR)
   sources = universal_corpus.EvaluationSources(tasks={}, manual_dir=FLAGS.manual_dir, candidates_dir=candidates_dir,
                                                reference=config.model.pretrained, tokenizer=config.model.tokenizer)
   [analogies] = registry.specs(ml_collections.ConfigDict({"name": PRETRAINED_MODEL,
                                                           "evals": {"analogies": config.evals.analogies}}))
-  [static_analogies] = registry.specs(ml_collections.ConfigDict({"name": STATIC_MODEL,
-                                                                 "evals": {"static": config.evals.static_analogies}}))
-  encoder = pretrained_encoder(config)
-  evaluations = [(STATIC_MODEL, static_analogies, lambda: encoder), (PRETRAINED_MODEL, analogies, lambda: encoder)]
-  evaluations += [(epath.Path(run_dir).name, analogies, lambda run_dir=run_dir: docent_jax.load(run_dir))
+  evaluations = [(name, lambda encoder=encoder: encoder) for name, encoder in pretrained_encoders(config).items()]
+  evaluations += [(epath.Path(run_dir).name, lambda run_dir=run_dir: docent_jax.load(run_dir))
                   for run_dir in FLAGS.run_dirs]
   results = {}
-  for name, spec, model in evaluations:
+  for name, model in evaluations:
     started = time.time()
-    results.update({f"{name}/{key}": value for key, value in spec.run(model(), sources).items()})
+    results.update({f"{name}/{key}": value for key, value in analogies.run(model(), sources).items()})
     logging.info("%s: word %.3f, phrase %.3f, sentence %.3f, Mikolov phrases %.3f (%.0f s).", name,
                  results[f"{name}/analogy_word/accuracy"], results[f"{name}/analogy_phrase/accuracy"],
                  results[f"{name}/analogy_sentence/accuracy"], results[f"{name}/analogy_phrase_set/accuracy"],

@@ -1,29 +1,9 @@
 """Vector-arithmetic analogies at the word, phrase and sentence level, answered among fixed candidates (Li & Zhao).
 
 A question a : b :: c : ? is answered by the candidate d of highest cos(b - a + c, d), a, b, c and d unit
-vectors (3CosAdd, Mikolov et al. 2013). Li & Zhao answer among 5 candidates rather than a whole vocabulary, so
-that an encoder without a vocabulary of phrases or sentences can be asked the phrase and sentence versions:
-
-  * `closed_vocabulary_candidates` takes them from a static reference model (an encoder's input word-piece
-    table, GloVe, ...): the top 5 of a vocabulary by cos(b - a + c, x), x not a, b or c (as in the standard
-    protocol), with the answer d in place of the 5th when the reference ranks it lower. No model's own vectors
-    choose them, and they are made once and saved with a digest of their questions and one of the protocol that
-    made them (`write_candidates`, `read_candidates`), so every model evaluated answers the same questions and
-    candidates of an earlier protocol are made anew.
-  * The vocabulary (`candidate_vocabulary`) is a real one: the reference tokenizer's whole words (`whole_words`:
-    its vocabulary entries of letters only, no '##' continuation pieces, no special tokens), which hold the
-    inflected forms the syntactic sections ask for (plurals, past tenses, comparatives) where WordNet's lemmas
-    are base forms only. A question item the tokenizer reads as one of them takes its row, written as the
-    question writes it ('Athens'); every other item of the question file (a word of several pieces, 'Ashgabat';
-    a name of several words, 'Boston Globe' of Mikolov's phrase set) is a row of its own, its reference vector
-    the mean of its pieces, so that it can be a candidate of other questions and an answer of several pieces is
-    not the only one among its candidates.
-  * Candidates are in order of descending reference score (ties by vocabulary row), so the answer stands where
-    the reference ranks it, last when it replaced the 5th: its place tells the model nothing the reference
-    does not. A model's tied scores go to the earlier candidate, the reference's preference.
-  * The phrase and sentence versions of a question put a and b in one frame of its section and c and d in
-    another (`analogy_sets.phrase_and_sentence_versions`); its candidates are its word candidates in the frame
-    of d (`level_candidates`): question i has the same candidates at every level.
+vectors (3CosAdd, Mikolov et al. 2013), among the 5 candidates of the evaluation data
+(`data.universal.analogy_candidates`: made once from a fixed reference, the same for every model). A model's
+tied scores go to the earlier candidate, the reference's preference.
 
 Metric keys (`analogy_metrics`), for each level ('word', 'phrase', 'sentence'), all floats in [0, 1]:
 
@@ -35,38 +15,19 @@ Metric keys (`analogy_metrics`), for each level ('word', 'phrase', 'sentence'), 
                                solved at this level too: positive preservation
   <level>/pnr                  of the questions failed at the word level, the share solved at this level
 """
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 import dataclasses
-import functools
-import json
 from typing import Any
 
-from absl import logging
-from etils import epath
 import numpy as np
 
-from docent_jax.data import fingerprint
-from docent_jax import outputs
-from docent_jax.data import io
-from docent_jax.data import tokenization
 from docent_jax.data.universal import analogies as analogy_sets
+from docent_jax.data.universal import analogy_candidates
 from docent_jax.data.universal import corpus as universal_corpus
 from docent_jax.evaluation import registry
-from docent_jax.inference import text_encoder
 
-NUM_CANDIDATES = 5
-# Part of the protocol digest of saved candidates: raised whenever the way candidates are made changes, so that
-# candidates made the earlier way are made anew. 2: a real vocabulary (`candidate_vocabulary`).
-CANDIDATE_PROTOCOL_VERSION = 2
-# The position of the answer d in a question (a, b, c, d): its candidates are put in the frame of that position.
-ANSWER_POSITION = 3
-WORD = "word"
+WORD = analogy_candidates.WORD
 LEVELS = (WORD, *analogy_sets.FRAMES)
-# The most floats one block of scores or of gathered vectors holds (64 MiB of float64).
-BLOCK_SIZE = 2**23
-
-# Per question, its candidate answers (items, or their phrase or sentence versions), in order.
-Candidates = list[tuple[str, ...]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,172 +46,8 @@ class AnalogyTexts:
   gold_positions: np.ndarray
 
 
-def unit_rows(vectors: np.ndarray) -> np.ndarray:
-  """[N, d] float64 rows scaled to length 1; a zero row stays zero, so that its cosine with anything is 0, not NaN."""
-  vectors = np.asarray(vectors, np.float64)
-  if vectors.ndim != 2:
-    raise ValueError(f"Expected vectors [N, d]; got shape {vectors.shape}.")
-  if not np.isfinite(vectors).all():
-    raise ValueError("Vectors hold NaN or infinite values.")
-  norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-  return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
-
-
-class StaleCandidatesError(ValueError):
-  """A file of candidates made for other questions, or by another protocol."""
-
-
-def whole_words(tokenizer: Any) -> dict[int, str]:
-  """The tokenizer's whole words by token id, in id order: its vocabulary entries of ASCII letters only (no
-  '##' continuation piece, special or unused token, number, punctuation or other script's character) that it
-  reads back as that one entry."""
-  special = set(tokenizer.all_special_tokens)
-  entries = sorted((token_id, token) for token, token_id in tokenizer.get_vocab().items()
-                   if token.isascii() and token.isalpha() and token not in special)
-  read = tokenization.encode(tokenizer, [token for _, token in entries], add_special_tokens=False)["input_ids"]
-  return {token_id: token for (token_id, token), ids in zip(entries, read) if ids == [token_id]}
-
-
-def candidate_vocabulary(questions: Sequence[analogy_sets.AnalogyQuestion], tokenizer: Any) -> list[str]:
-  """What the candidates of `questions` are chosen from (see the module docstring): the tokenizer's whole words,
-  each written as the first question item (in sorted order) that the tokenizer reads as that word alone where
-  there is one, then the questions' other items, sorted.
-
-  Raises:
-    ValueError: the tokenizer has no whole words.
-  """
-  words = whole_words(tokenizer)
-  if not words:
-    raise ValueError("The tokenizer has no whole words (vocabulary entries of letters only) to take candidates "
-                     "from.")
-  items = sorted({item for question in questions for item in question.items})
-  read = tokenization.encode(tokenizer, items, add_special_tokens=False)["input_ids"]
-  written_as: dict[int, str] = {}
-  for item, ids in zip(items, read):
-    if len(ids) == 1 and ids[0] in words:
-      written_as.setdefault(ids[0], item)
-  in_words = set(written_as.values())
-  return [written_as.get(token_id, word) for token_id, word in words.items()] + [
-      item for item in items if item not in in_words]
-
-
-def candidate_protocol_digest(reference: str, tokenizer_name: str, vocabulary: Sequence[str],
-                              num_candidates: int = NUM_CANDIDATES) -> str:
-  """A digest of how candidates are made: the protocol's version, the reference model and tokenizer, the
-  vocabulary and the number of candidates."""
-  return fingerprint.digest([CANDIDATE_PROTOCOL_VERSION, reference, tokenizer_name, num_candidates, *vocabulary])
-
-
-def closed_vocabulary_candidates(questions: Sequence[analogy_sets.AnalogyQuestion], vocabulary: Sequence[str],
-                                 vectors: np.ndarray, num_candidates: int = NUM_CANDIDATES,
-                                 block_size: int = BLOCK_SIZE) -> Candidates:
-  """Each question's candidates from a reference model: its top `num_candidates` by cos(b - a + c, x) over the
-  vocabulary less a, b and c, the answer in place of the last when it ranks lower; by descending score.
-
-  Scores are float64, so that a block size can only change an order decided by the last bits of a score.
-
-  Args:
-    questions: the questions; the four items of each must be in the vocabulary.
-    vocabulary: the distinct item of each row of `vectors`.
-    vectors: [V, d] the reference model's vectors.
-    num_candidates: candidates per question.
-    block_size: the most scores ([questions, V] floats) held at once, at least one question's.
-
-  Raises:
-    ValueError: an item missing from the vocabulary, a question whose answer is its a, b or c, a repeated
-      vocabulary item, or a vocabulary too small to leave `num_candidates` items besides a, b and c.
-  """
-  vectors = unit_rows(vectors)
-  row_of = {item: row for row, item in enumerate(vocabulary)}
-  if len(row_of) != len(vocabulary) or len(vocabulary) != len(vectors):
-    raise ValueError(f"Expected one distinct item per vector; got {len(vocabulary)} items "
-                     f"({len(vocabulary) - len(row_of)} repeated) for {len(vectors)} vectors.")
-  if not 1 <= num_candidates <= len(vocabulary) - 3:
-    raise ValueError(f"Cannot take {num_candidates} candidates from {len(vocabulary)} items less a, b and c.")
-  missing = sorted({item for question in questions for item in question.items} - row_of.keys())
-  if missing:
-    raise ValueError(f"{len(missing)} question items are not in the vocabulary, e.g. {missing[:5]}.")
-  rows = np.array([[row_of[item] for item in question.items] for question in questions], np.int64).reshape(-1, 4)
-  answer_given = np.flatnonzero((rows[:, :3] == rows[:, 3:]).any(axis=1))
-  if answer_given.size:
-    raise ValueError(f"{answer_given.size} questions have their answer among a, b and c, e.g. question "
-                     f"{answer_given[0]}: {questions[answer_given[0]].items}.")
-  top_rows = np.empty((len(rows), num_candidates), np.int64)
-  for block in _row_blocks(len(rows), len(vocabulary), block_size):
-    scores = _analogy_queries(vectors, rows[block]) @ vectors.T
-    np.put_along_axis(scores, rows[block, :3], -np.inf, axis=1)
-    top = np.argpartition(-scores, num_candidates - 1, axis=1)[:, :num_candidates]
-    top = np.take_along_axis(top, np.lexsort((top, -np.take_along_axis(scores, top, axis=1)), axis=1), axis=1)
-    answers = rows[block, 3]
-    missed = ~(top == answers[:, None]).any(axis=1)
-    top[missed, -1] = answers[missed]
-    top_rows[block] = top
-  return [tuple(vocabulary[row] for row in question_rows) for question_rows in top_rows]
-
-
-def write_candidates(path: epath.PathLike, questions: Sequence[analogy_sets.AnalogyQuestion],
-                     candidates: Candidates, protocol_digest: str) -> None:
-  """Saves the candidates of `questions` as JSON, with a digest of the questions and the digest of the protocol
-  that made them (`candidate_protocol_digest`), for `read_candidates` to check."""
-  if len(candidates) != len(questions):
-    raise ValueError(f"Got {len(candidates)} candidate lists for {len(questions)} questions.")
-  record = {"questions_digest": _questions_digest(questions), "protocol_digest": protocol_digest,
-            "num_questions": len(questions),
-            "candidates": [list(question_candidates) for question_candidates in candidates]}
-  outputs.write_atomically(path, json.dumps(record) + "\n")
-
-
-def read_candidates(path: epath.PathLike, questions: Sequence[analogy_sets.AnalogyQuestion],
-                    protocol_digest: str) -> Candidates:
-  """The candidates `write_candidates` saved for `questions` by the protocol of `protocol_digest`.
-
-  Raises:
-    io.DataFormatError: the file is not such a JSON record.
-    StaleCandidatesError: the file holds the candidates of other questions, or candidates made by another
-      protocol (a file without a protocol digest was made before candidates recorded theirs).
-  """
-  path = epath.Path(path)
-  try:
-    record = json.loads(path.read_text())
-    digest, num_questions, candidates = record["questions_digest"], record["num_questions"], record["candidates"]
-    made_by = record.get("protocol_digest")
-  except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
-    raise io.DataFormatError(f"{path}: not a file of analogy candidates ({error!r}).") from error
-  expected_digest = _questions_digest(questions)
-  if digest != expected_digest:
-    raise StaleCandidatesError(
-        f"{path} holds the candidates of other questions ({num_questions} questions, digest {digest}) than these "
-        f"{len(questions)} (digest {expected_digest}).")
-  if made_by != protocol_digest:
-    raise StaleCandidatesError(f"{path} holds candidates made by another protocol (digest {made_by}) than this one "
-                               f"(digest {protocol_digest}).")
-  return [tuple(question_candidates) for question_candidates in candidates]
-
-
-def level_candidates(word_questions: Sequence[analogy_sets.AnalogyQuestion],
-                     level_questions: Sequence[analogy_sets.AnalogyQuestion], word_candidates: Candidates,
-                     level: str) -> Candidates:
-  """The candidates of the `level` ('phrase' or 'sentence') versions of word questions: each word candidate put
-  in the frame of its question's answer, as `analogy_sets.phrase_and_sentence_versions` puts the answer.
-
-  Raises:
-    ValueError: the three lists differ in length, or a level question is not the version of the word question
-      at its position (the lists are not aligned).
-  """
-  if not len(word_questions) == len(level_questions) == len(word_candidates):
-    raise ValueError(f"Got {len(word_questions)} word questions, {len(level_questions)} {level} questions and "
-                     f"{len(word_candidates)} candidate lists; expected one of each per question.")
-  for index, (word_question, level_question) in enumerate(zip(word_questions, level_questions)):
-    items = tuple(analogy_sets.item_version(word_question.section, item, level, position)
-                  for position, item in enumerate(word_question.items))
-    if level_question != dataclasses.replace(word_question, items=items):
-      raise ValueError(f"{level} question {index} ({level_question.section}: {level_question.items}) is not the "
-                       f"{level} version of word question {index} ({word_question.section}: {word_question.items}).")
-  return [tuple(analogy_sets.item_version(question.section, candidate, level, ANSWER_POSITION)
-                for candidate in candidates) for question, candidates in zip(word_questions, word_candidates)]
-
-
-def analogy_texts(questions: Sequence[analogy_sets.AnalogyQuestion], candidates: Candidates) -> AnalogyTexts:
+def analogy_texts(questions: Sequence[analogy_sets.AnalogyQuestion],
+                  candidates: analogy_candidates.Candidates) -> AnalogyTexts:
   """The texts a model encodes to answer `questions` among `candidates`, and where each goes.
 
   Raises:
@@ -279,7 +76,7 @@ def analogy_texts(questions: Sequence[analogy_sets.AnalogyQuestion], candidates:
                                for question, question_candidates in zip(questions, candidates)], np.int64))
 
 
-def solved(vectors: np.ndarray, texts: AnalogyTexts, block_size: int = BLOCK_SIZE) -> np.ndarray:
+def solved(vectors: np.ndarray, texts: AnalogyTexts, block_size: int = analogy_candidates.BLOCK_SIZE) -> np.ndarray:
   """[Q] bool: whether each question's candidate of highest cos(b - a + c, d), over unit vectors, is its answer.
 
   Of tied candidates the earlier one is chosen.
@@ -289,14 +86,14 @@ def solved(vectors: np.ndarray, texts: AnalogyTexts, block_size: int = BLOCK_SIZ
     texts: the questions and their candidates, from `analogy_texts`.
     block_size: the most floats of candidate vectors gathered at once, at least one question's.
   """
-  vectors = unit_rows(vectors)
+  vectors = analogy_candidates.unit_rows(vectors)
   if len(vectors) != len(texts.texts):
     raise ValueError(f"Expected one vector per text ({len(texts.texts)}); got {len(vectors)}.")
   num_questions, num_candidates = texts.candidate_rows.shape
   choices = np.empty(num_questions, np.int64)
-  for block in _row_blocks(num_questions, num_candidates * vectors.shape[1], block_size):
+  for block in analogy_candidates.row_blocks(num_questions, num_candidates * vectors.shape[1], block_size):
     # cos(q, d) is q . d / |q| for a unit d, and |q| is the same for all of a question's candidates.
-    scores = np.einsum("qd,qkd->qk", _analogy_queries(vectors, texts.question_rows[block]),
+    scores = np.einsum("qd,qkd->qk", analogy_candidates.analogy_queries(vectors, texts.question_rows[block]),
                        vectors[texts.candidate_rows[block]])
     choices[block] = np.argmax(scores, axis=1)
   return choices == texts.gold_positions
@@ -337,23 +134,6 @@ def analogy_metrics(questions: Sequence[analogy_sets.AnalogyQuestion],
   return results
 
 
-def _row_blocks(num_rows: int, row_size: int, block_size: int) -> Iterator[slice]:
-  """Consecutive slices of rows, each of at most `block_size` floats at `row_size` a row but at least one row."""
-  if block_size < 1:
-    raise ValueError(f"block_size must be at least 1, not {block_size}.")
-  rows = max(1, block_size // max(row_size, 1))
-  return (slice(start, start + rows) for start in range(0, num_rows, rows))
-
-
-def _analogy_queries(unit_vectors: np.ndarray, rows: np.ndarray) -> np.ndarray:
-  """b - a + c of each question, from the rows of its a, b and c (its first three columns)."""
-  return unit_vectors[rows[:, 1]] - unit_vectors[rows[:, 0]] + unit_vectors[rows[:, 2]]
-
-
-def _questions_digest(questions: Sequence[analogy_sets.AnalogyQuestion]) -> str:
-  return fingerprint.digest(value for question in questions for value in (question.section, *question.items))
-
-
 def _correctness(correct: np.ndarray | Sequence[bool], num_questions: int, level: str) -> np.ndarray:
   correct = np.asarray(correct)
   if correct.dtype != bool or correct.shape != (num_questions,) or not num_questions:
@@ -367,52 +147,11 @@ def _shares_solved(correct: np.ndarray, groups: Mapping[str, np.ndarray], level:
   return {f"{level}/{name}": float(correct[mask].mean()) for name, mask in groups.items() if mask.any()}
 
 
-@dataclasses.dataclass(frozen=True)
-class QuestionSet:
-  """Questions, and the candidates every model answers among."""
-  questions: list[analogy_sets.AnalogyQuestion]
-  candidates: Candidates
-
-
-@functools.cache
-def question_sets(words: tuple[analogy_sets.AnalogyQuestion, ...], phrase_set: tuple[analogy_sets.AnalogyQuestion, ...],
-                  candidates_dir: epath.Path, reference: str, tokenizer: str) -> dict[str, QuestionSet]:
-  """'word', 'phrase', 'sentence' (the word questions and their aligned versions) and 'phrase_set' (Mikolov's
-  phrase questions), with candidates from `reference`'s word pieces over `candidate_vocabulary`, kept in
-  `candidates_dir` and made anew when the questions or the protocol changed."""
-  static = text_encoder.static_word_pieces(reference, tokenizer)
-
-  def candidates(name: str, questions: list[analogy_sets.AnalogyQuestion]) -> Candidates:
-    path = candidates_dir / f"{name}_{reference.replace('/', '_')}.json"
-    vocabulary = candidate_vocabulary(questions, static.tokenizer)
-    protocol_digest = candidate_protocol_digest(reference, tokenizer, vocabulary)
-    if path.exists():
-      try:
-        return read_candidates(path, questions, protocol_digest)
-      except StaleCandidatesError as stale:
-        logging.warning("%s Making them anew.", stale)
-    made = closed_vocabulary_candidates(questions, vocabulary, static.encode(vocabulary))
-    write_candidates(path, questions, made, protocol_digest)
-    return made
-
-  words, phrase_set = list(words), list(phrase_set)
-  aligned = analogy_sets.phrase_and_sentence_versions(words)
-  word_candidates = candidates("words", words)
-  sets = {WORD: QuestionSet(words, word_candidates), "phrase_set": QuestionSet(phrase_set, candidates("phrases", phrase_set))}
-  for level, questions in (("phrase", aligned.phrases), ("sentence", aligned.sentences)):
-    sets[level] = QuestionSet(questions, level_candidates(words, questions, word_candidates, level))
-  return sets
-
-
 @registry.register("analogies")
-def solve_analogies(model: Any, sources: universal_corpus.EvaluationSources, static: bool = False) -> dict[str, float]:
+def solve_analogies(model: Any, sources: universal_corpus.EvaluationSources) -> dict[str, float]:
   """`analogy_<level>/<metric>` (see the module docstring) at the word, phrase and sentence level, and
-  `analogy_phrase_set/<metric>` on Mikolov's phrase questions (the sources' `word_analogies`, `phrase_analogies`);
-  `static` answers with the reference's word-piece vectors instead of the model (the static baseline)."""
-  sets = question_sets(tuple(sources.word_analogies), tuple(sources.phrase_analogies), sources.candidates_dir,
-                       sources.reference, sources.tokenizer)
-  if static:
-    model = text_encoder.static_word_pieces(sources.reference, sources.tokenizer)
+  `analogy_phrase_set/<metric>` on Mikolov's phrase questions (the sources' `word_analogies`, `phrase_analogies`)."""
+  sets = sources.analogy_question_sets
   correct = {}
   for level, question_set in sets.items():
     texts = analogy_texts(question_set.questions, question_set.candidates)

@@ -25,7 +25,6 @@ from docent_jax.evaluation import bm25
 from docent_jax.evaluation import metrics
 from docent_jax.evaluation import registry
 from docent_jax.evaluation import tag_prediction
-from docent_jax.inference import movies
 from docent_jax.models import tag_scorers
 
 
@@ -245,22 +244,21 @@ def search_movies_by_bm25(model: Any, data: review_corpus.ReviewEvaluation) -> d
 
 
 @registry.register("bos_search")
-def search_movies_by_sentences(model: Any, data: review_corpus.ReviewEvaluation, sentences_per_movie: int = 8,
-                               pooling: str = "mean") -> dict[str, float]:
-  """The bag-of-sentences baseline of movie search (`search_movies`' tasks): a movie scores the highest cosine of
-  the query with one of `sentences_per_movie` of its review sentences (sampled with the data's seed), all encoded
-  by the model's untrained (pretrained) encoder, pooled by `pooling` ('mean' or 'cls')."""
+def search_movies_by_sentences(model: Any, data: review_corpus.ReviewEvaluation,
+                               sentences_per_movie: int = 8) -> dict[str, float]:
+  """Bag-of-sentences movie search (`search_movies`' tasks): a movie scores the highest cosine of the query with
+  one of `sentences_per_movie` of its review sentences (sampled with the data's seed), all encoded by the model
+  (the baseline: the pretrained encoder, a DUAL run of 0 steps)."""
   corpus = data.corpus
   tasks = data.search_tasks
-  encoder = movies.pretrained_sentence_encoder(model.config, pooling, model.mesh)
   sampled = tag_scorers.subsample_per_entity(corpus.sentence_entity, np.arange(corpus.num_entities),
                                              sentences_per_movie, data.seed)
-  sentence_vectors = encoder.encode([corpus.sentences[i] for i in sampled])
+  sentence_vectors = model.encode([corpus.sentences[i] for i in sampled])
   sentence_entity = corpus.sentence_entity[sampled]
   results = {}
   for split, (movie_rows, query_set) in tasks.items():
     kept = np.isin(sentence_entity, movie_rows)
-    scores = bag_of_sentences_search_scores(encoder.encode(query_set.queries), sentence_vectors[kept],
+    scores = bag_of_sentences_search_scores(model.encode(query_set.queries), sentence_vectors[kept],
                                             np.searchsorted(movie_rows, sentence_entity[kept]), len(movie_rows))
     results.update({f"{split}/{k}": v for k, v in evaluate_search(scores, query_set).items()})
   return results

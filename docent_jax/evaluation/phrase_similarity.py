@@ -10,10 +10,9 @@ from typing import Any
 import numpy as np
 import scipy.stats
 
+from docent_jax.data.universal import analogy_candidates
 from docent_jax.data.universal import corpus as universal_corpus
-from docent_jax.evaluation import analogies
 from docent_jax.evaluation import registry
-from docent_jax.inference import text_encoder
 
 def phrase_similarity(first: np.ndarray, second: np.ndarray,
                       human_scores: np.ndarray | Sequence[float]) -> dict[str, float]:
@@ -24,7 +23,7 @@ def phrase_similarity(first: np.ndarray, second: np.ndarray,
     second: [N, d] its vector of each pair's second phrase.
     human_scores: [N] the pairs' human similarity scores.
   """
-  first, second = analogies.unit_rows(first), analogies.unit_rows(second)
+  first, second = analogy_candidates.unit_rows(first), analogy_candidates.unit_rows(second)
   human_scores = np.asarray(human_scores, np.float64)
   if first.shape != second.shape or human_scores.shape != first.shape[:1] or len(human_scores) < 2:
     raise ValueError(f"Expected vectors [N, d] of both phrases and [N] human scores, N >= 2; got {first.shape}, "
@@ -36,12 +35,10 @@ def phrase_similarity(first: np.ndarray, second: np.ndarray,
 
 
 @registry.register("phrase_similarity")
-def rate_phrase_pairs(model: Any, sources: universal_corpus.EvaluationSources, static: bool = False) -> dict[str, float]:
+def rate_phrase_pairs(model: Any, sources: universal_corpus.EvaluationSources) -> dict[str, float]:
   """`ppdb_sample/spearman`: Spearman correlation of cos(u, v) with the human ratings of the sources'
-  `rated_phrase_pairs`; `static`: of the reference's word-piece vectors instead."""
+  `rated_phrase_pairs`."""
   pairs = sources.rated_phrase_pairs
-  if static:
-    model = text_encoder.static_word_pieces(sources.reference, sources.tokenizer)
   vectors = model.encode([pair.phrase1 for pair in pairs] + [pair.phrase2 for pair in pairs])
   scores = np.array([pair.score for pair in pairs])
   found = phrase_similarity(vectors[:len(pairs)], vectors[len(pairs):], scores)

@@ -17,7 +17,6 @@ import numpy as np
 from docent_jax import parallel
 from docent_jax.data import tokenization
 from docent_jax.inference import protocol
-from docent_jax.models import bert
 from docent_jax.models import docent_full
 from docent_jax.models import dual_encoder
 from docent_jax.models import entity_table
@@ -60,7 +59,8 @@ class DualMovieModel(MovieModel):
     model = self.config.model
     self.module = encoder(self.bert_config, num_entities=self.num_entities, initial_scale=model.scale,
                           learn_scale=model.learn_scale, dtype=jnp.dtype(model.dtype),
-                          entity_rows_multiple=entity_table.configured_rows_multiple(model))
+                          entity_rows_multiple=entity_table.configured_rows_multiple(model),
+                          sentence_pooling=model.get("sentence_pooling", "cls"))
 
   def encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:
     return self.module.apply({"params": params}, tokens, method=dual_encoder.DualEncoder.encode_sentences)
@@ -120,26 +120,3 @@ class TagModel(protocol.Model):
   def tag_scores(self, items: np.ndarray, tags: Sequence[str]) -> np.ndarray:
     """[len(items), len(tags)] scores (higher: more likely) of items (rows of the item vectors) and tag texts."""
     return self.scorer.scores(self.params, self.item_vectors[items], self._tag_tokens(tags))
-
-
-def pretrained_sentence_encoder(config: Any, pooling: str, mesh: Any) -> "PooledSentenceModel":
-  """The untrained encoder of a DOCENT config (its pretrained BERT, else a fixed random one seeded by
-  `config.seed`) with `pooling`, normalised: the bag-of-sentences baselines' encoder."""
-  tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-  bert_config, params = pretrained.load_model_bert(config.model, tokenizer.vocab_size)
-  return PooledSentenceModel(config, {}, pretrained.pretrained_or_fixed_bert(params, bert_config, config.seed),
-                             mesh=mesh, tokenizer=tokenizer, bert_config=bert_config, pooling=pooling)
-
-
-class PooledSentenceModel(protocol.Model):
-  """A BERT's normalised pooled outputs ([CLS] or the mean) of texts; params are the BERT's."""
-
-  def __init__(self, *args: Any, tokenizer: Any, bert_config: bert.BertConfig, pooling: str, **kwargs: Any):
-    super().__init__(*args, **kwargs)
-    self.tokenizer, self.pooling = tokenizer, pooling
-    self.encoder = bert.BertModel(bert_config, add_pooler=False)
-
-  def _encode(self, texts: list[str]) -> np.ndarray:
-    tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
-    return tag_scorers.encode_texts(self.encoder, self.params, tokens, self.pooling,
-                                    batch_size=self.config.model.inference_batch_size, mesh=self.mesh)

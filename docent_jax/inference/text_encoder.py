@@ -1,12 +1,12 @@
 """Models whose encoder is a mean-pooled BERT-family model: universal representations (with their pair-task
-heads), FAQ retrieval (with its FAQ items), SupCon offers; and the static word-piece baseline."""
+heads), FAQ retrieval (with its FAQ items), SupCon offers. `model.pooling = "input_word_pieces"` makes the same
+model the static word-piece baseline: a text is the mean of its word pieces' input vectors, the transformer
+skipped."""
 from collections.abc import Sequence
-import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from docent_jax import parallel
@@ -24,7 +24,8 @@ LENGTH_BUCKETS = (8, 16, 32)
 class TextEncoderModel(protocol.Model):
   """Texts -> mean-pooled BERT outputs (params under `bert`). Each distinct text is encoded once, in the shortest
   row that holds it. The record may list special tokens added to the tokenizer (`special_tokens`) and an
-  entity set (`entity_ids`, `entity_texts`)."""
+  entity set (`entity_ids`, `entity_texts`). With `model.pooling = "input_word_pieces"` a text is instead the mean
+  of its word pieces' rows of the input table (no special tokens, untruncated; a text without word pieces: zeros)."""
 
   def __init__(self, *args: Any, tokenizer: Any = None, **kwargs: Any):
     super().__init__(*args, **kwargs)
@@ -32,9 +33,12 @@ class TextEncoderModel(protocol.Model):
         self.config.model.tokenizer, extra_special_tokens=tuple(self.record.get("special_tokens", ())))
     self.bert_config = pretrained.model_bert_config(self.config.model, len(self.tokenizer))
     self.encoder = bert.BertModel(self.bert_config, dtype=jnp.dtype(self.config.model.dtype), add_pooler=False)
+    self.pooling = self.config.model.get("pooling", "mean")  # One of `config_schema.MODEL_POOLINGS`.
     self._encode_tokens_fn = self.encode_tokens  # Bound once: copies (`with_params`) share its compilations.
 
   def _encode(self, texts: list[str]) -> np.ndarray:
+    if self.pooling == "input_word_pieces":
+      return self._mean_input_word_pieces(texts)
     unique, position = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
     tokens = tokenization.tokenize_texts(self.tokenizer, list(unique), self.config.data.max_len)
     vectors = parallel.map_token_batches(self._encode_tokens_fn, self.params, tokens,
@@ -43,7 +47,16 @@ class TextEncoderModel(protocol.Model):
                                          buckets=LENGTH_BUCKETS, what="texts")
     return vectors[position.reshape(-1)]
 
+  def _mean_input_word_pieces(self, texts: list[str]) -> np.ndarray:
+    # float64 on the host: a lookup and a mean per text, nothing to compile.
+    table = self.computed("input_table", lambda: np.asarray(bert.word_embedding_matrix(self.params["bert"]),
+                                                            np.float64))
+    return pretrained.mean_input_word_pieces(self.tokenizer, table, texts)
+
   def encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:
+    if self.pooling == "input_word_pieces":
+      raise TypeError(f"{self.name}: the static word-piece model encodes texts on the host (`encode`), not token "
+                      "batches.")
     return bert.mean_pooled(self.encoder, params["bert"], tokens, pad_token_id=self.tokenizer.pad_token_id)
 
 
@@ -77,28 +90,3 @@ class FaqModel(TextEncoderModel):
     return [[{"id": entity, "question": self.record["entity_texts"][items[entity]],
               "answer": self.record["answers"][items[entity]], "score": score} for entity, score in ranking]
             for ranking in self.search(queries, k)]
-
-
-class StaticWordPieceModel(protocol.Model):
-  """A static embedding model: a text is the mean of its word pieces' input vectors in a pretrained model (no
-  special tokens), the baseline of the universal-representation evaluations. Its params are the word-piece table."""
-
-  def __init__(self, *args: Any, tokenizer: Any, **kwargs: Any):
-    super().__init__(*args, **kwargs)
-    self.tokenizer = tokenizer
-
-  def _encode(self, texts: list[str]) -> np.ndarray:
-    ids = tokenization.encode(self.tokenizer, list(texts), add_special_tokens=False)["input_ids"]
-    table = self.params
-    return np.stack([table[row].mean(axis=0) if row else np.zeros(table.shape[1]) for row in ids])
-
-
-@functools.cache
-def static_word_pieces(reference: str, tokenizer_name: str) -> StaticWordPieceModel:
-  """The static word-piece model of pretrained model `reference` (its input table in float64), over the tokenizer
-  `tokenizer_name`."""
-  tokenizer = pretrained.load_tokenizer(tokenizer_name)
-  _, params = pretrained.load_or_create_bert(reference, {}, len(tokenizer))
-  config = {"name": f"static_wordpiece/{reference}", "objective": "static_wordpiece"}
-  return StaticWordPieceModel(ml_collections.ConfigDict(config), {},
-                              np.asarray(bert.word_embedding_matrix(params), np.float64), tokenizer=tokenizer)

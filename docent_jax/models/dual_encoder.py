@@ -1,4 +1,5 @@
-"""RELIC's dual encoder: a sentence's BERT [CLS] against a learned entity table, by scaled cosine."""
+"""RELIC's dual encoder: a sentence's BERT [CLS] (or mean output) against a learned entity table, by scaled
+cosine."""
 import math
 
 import flax.linen as nn
@@ -10,7 +11,8 @@ from docent_jax.models import entity_table
 
 
 class DualEncoder(nn.Module):
-  """f(s) = normalised [CLS] of BERT(s); g(e) = normalised row e of the entity table; s(e, s) = scale * cos.
+  """f(s) = normalised [CLS] of BERT(s) (RELIC's; `sentence_pooling="mean"`: its mean output over the tokens);
+  g(e) = normalised row e of the entity table; s(e, s) = scale * cos.
 
   The scale is learned (as a log, starting at `initial_scale`) or fixed at `initial_scale`.
   """
@@ -20,6 +22,7 @@ class DualEncoder(nn.Module):
   learn_scale: bool = True
   dtype: jnp.dtype = jnp.float32
   entity_rows_multiple: int = 1  # The table's rows padded to a multiple of this (`EntityTable`).
+  sentence_pooling: str = "cls"  # "cls" or "mean" (`config_schema.SENTENCE_POOLINGS`).
 
   def setup(self):
     self.bert = bert.BertModel(self.config, dtype=self.dtype, add_pooler=False, name="bert")
@@ -33,8 +36,9 @@ class DualEncoder(nn.Module):
     return self.encode_sentences(tokens, deterministic=deterministic), self.entities(entity_ids), self.scale()
 
   def encode_sentences(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
-    output = self.bert(tokens, attention_mask=bert.attention_mask(tokens, self.config), deterministic=deterministic)
-    return entity_table.l2_normalize(output.last_hidden_state[:, 0])
+    mask = bert.attention_mask(tokens, self.config)
+    hidden = self.bert(tokens, attention_mask=mask, deterministic=deterministic).last_hidden_state
+    return entity_table.l2_normalize(hidden[:, 0] if self.sentence_pooling == "cls" else bert.mean_pool(hidden, mask))
 
   def entity_table(self) -> jax.Array:
     """The normalised rows [num_rows, d]: the entities', then the padding's."""

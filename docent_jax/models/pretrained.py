@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from docent_jax.data import tokenization
 from docent_jax.models import bert
 
 # Alias -> (Python package shipping the model, directory inside that package).
@@ -328,3 +329,11 @@ def pretrained_or_fixed_bert(bert_params: dict[str, Any] | None, config: bert.Be
     return {key: value for key, value in bert_params.items() if key != MLM_HEAD_KEY}
   tokens = jnp.zeros((1, 2), jnp.int32)
   return nn.unbox(bert.BertModel(config, add_pooler=False).init(jax.random.key(seed), tokens, tokens)["params"])
+
+
+def mean_input_word_pieces(tokenizer: Any, table: np.ndarray, texts: Sequence[str]) -> np.ndarray:
+  """[n, d] float64: each text's mean row of `table` (a model's input word-piece vectors) over its word pieces,
+  no special tokens, untruncated; a text without word pieces is a zero row. The static word-piece model."""
+  table = np.asarray(table, np.float64)
+  ids = tokenization.encode(tokenizer, list(texts), add_special_tokens=False)["input_ids"]
+  return np.stack([table[row].mean(axis=0) if row else np.zeros(table.shape[1]) for row in ids])

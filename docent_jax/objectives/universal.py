@@ -11,9 +11,9 @@ accuracy are logged apart. Only the encoder is used afterwards: the evaluators e
 sentences with it.
 
 Its evaluators (`evaluation/`): `pair_tasks` (each head's held-out accuracy, for model selection), `analogies`
-(word, phrase and sentence analogies among fixed candidates, with PPR / PNR; `static=True` answers with the
-reference model's word-piece vectors instead, the static baseline) and `phrase_similarity` (Spearman against PPDB
-ratings).
+(word, phrase and sentence analogies among fixed candidates, with PPR / PNR) and `phrase_similarity` (Spearman
+against PPDB ratings). The static word-piece baseline is a run of its own: the pretrained model with
+`model.pooling = "input_word_pieces"`, 0 steps.
 """
 import functools
 from typing import Any
