@@ -37,13 +37,13 @@ from jax.sharding import Mesh
 import ml_collections
 import numpy as np
 
+from docent_jax import config_schema
 from docent_jax import parallel
 from docent_jax.data import tokenization
 from docent_jax.models import bert
 from docent_jax.models import docent_full
 from docent_jax.models import entity_table
 
-POOLINGS = ("mean", "cls")
 VOTE_WEIGHTINGS = ("votes", "log_votes")
 
 
@@ -75,7 +75,7 @@ def pool(encoder: bert.BertModel, params: Any, tokens: jax.Array, pooling: str) 
     return hidden[:, 0]
   if pooling == "mean":
     return bert.mean_pool(hidden, mask)
-  raise ValueError(f"Unknown pooling {pooling!r}; valid: {list(POOLINGS)}.")
+  raise ValueError(f"Unknown pooling {pooling!r}; valid: {list(config_schema.SENTENCE_POOLINGS)}.")
 
 
 def encode_texts(encoder: bert.BertModel, params: Any, tokens: np.ndarray, pooling: str, *, batch_size: int,
