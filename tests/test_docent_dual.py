@@ -10,6 +10,7 @@ import pytest
 
 from configs import docent
 import docent_jax
+from docent_jax import config_schema
 from docent_jax import experiment
 from docent_jax import parallel
 from docent_jax import trainer as trainers
@@ -235,3 +236,12 @@ def test_the_tag_curve_never_fits_a_held_out_tag_and_reports_every_fraction(revi
   runs[-1].tags.common_heldout_fraction = 0.25
   with pytest.raises(ValueError, match="common_heldout_fraction must be 0 .none. or in .tags.vocabulary_fraction"):
     trainers.Trainer(runs[-1], tmp_path / "refused")
+
+
+def test_sentence_pooling_names_its_valid_values_and_the_bos_run_pools_by_the_mean():
+  config = docent.get_config("dual")
+  bos = {run.name: run for run in experiment.model_configs(config)}["bos"]
+  assert (bos.objective, bos.model.sentence_pooling, bos.train.num_steps) == ("docent_dual", "mean", 0)
+  config.model.sentence_pooling = "max"
+  with pytest.raises(config_schema.ConfigError, match=r"config.model.sentence_pooling = 'max': valid: \['cls', 'mean'\]"):
+    config_schema.check_config(config, parallel.create_mesh(config.mesh))
