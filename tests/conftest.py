@@ -2,8 +2,6 @@
 from collections.abc import Iterator
 import os
 import pathlib
-import shutil
-import tempfile
 from typing import Any
 
 import tiny_training
@@ -12,12 +10,6 @@ import tiny_training
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8",
                                     tiny_training.FAST_COMPILE_XLA_FLAGS]).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# One persistent compilation cache for the whole session, shared by the xdist workers (they inherit the
-# controller's environment) and the processes tests start: many tests compile the same tiny programs.
-_OWN_COMPILATION_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
-if _OWN_COMPILATION_CACHE:
-  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="docent_jax_test_xla_cache_")
-  os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # Tiny programs compile in under a second.
 
 from etils import epath
 from etils.epath import gpath
@@ -51,11 +43,6 @@ class ModuleGroupScheduling(LoadScopeScheduling):
 
   def _split_scope(self, nodeid: str) -> str:
     return _group(nodeid.split("::")[0])
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-  if _OWN_COMPILATION_CACHE and not hasattr(config, "workerinput"):  # The controller, after every worker is done.
-    shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ModuleGroupScheduling:

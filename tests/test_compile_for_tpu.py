@@ -18,9 +18,6 @@ import review_fixtures
 import tiny_training
 import universal_fixtures
 
-# The session's persistent compilation cache (conftest) keeps the TPU executables too, but a compile-only TPU
-# client cannot load them back: jax warns and compiles again, which is what these tests measure anyway.
-pytestmark = pytest.mark.filterwarnings("ignore:Error reading persistent compilation cache entry")
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 NUM_ENTITIES = 812  # DOCENT's movies: they do not divide over 8 chips, the table's padded rows (896) do.
 
