@@ -1,4 +1,6 @@
-"""Every script under tools/ imports beside the others in one process, as pytest imports them."""
+"""Every script under tools/ imports beside the others in one process, as pytest imports them, and lets the
+package choose JAX's platform before JAX starts."""
+import ast
 import pathlib
 import subprocess
 import sys
@@ -13,3 +15,35 @@ def test_all_tools_import_together_without_flag_clashes():
   script = f"import sys; sys.path.insert(0, {str(TOOLS)!r})\n" + "".join(f"import {name}\n" for name in names)
   completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
   assert completed.returncode == 0, completed.stderr[-3000:]
+
+
+def _chooses_the_platform(statement: ast.stmt) -> bool:
+  """`import docent_jax` (or from it), which sets JAX_PLATFORMS where no accelerator is attached, or a statement
+  that sets JAX_PLATFORMS itself."""
+  if isinstance(statement, ast.Import):
+    return any(alias.name.split(".")[0] == "docent_jax" for alias in statement.names)
+  if isinstance(statement, ast.ImportFrom):
+    return (statement.module or "").split(".")[0] == "docent_jax"
+  return isinstance(statement, ast.Expr) and any(
+      isinstance(node, ast.Constant) and node.value == "JAX_PLATFORMS" for node in ast.walk(statement))
+
+
+def _imports_jax(statement: ast.stmt) -> bool:
+  if isinstance(statement, ast.Import):
+    return any(alias.name.split(".")[0] == "jax" for alias in statement.names)
+  return isinstance(statement, ast.ImportFrom) and (statement.module or "").split(".")[0] == "jax"
+
+
+def test_every_tool_lets_the_package_choose_the_platform_before_importing_jax():
+  # JAX reads JAX_PLATFORMS when it is imported; imported first, it would start libtpu on a CPU-only machine,
+  # which logs errors about missing TPU workers.
+  late = []
+  for path in sorted(TOOLS.glob("*.py")):
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    jax_import = next((statement.lineno for statement in body if _imports_jax(statement)), None)
+    if jax_import is None:
+      continue
+    chosen = next((statement.lineno for statement in body if _chooses_the_platform(statement)), None)
+    if chosen is None or chosen > jax_import:
+      late.append(f"{path.name}:{jax_import}")
+  assert not late, late

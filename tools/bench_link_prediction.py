@@ -53,14 +53,14 @@ if _FLAGS.scale:
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+import docent_jax  # pylint: disable=g-import-not-at-top,unused-import  # Before JAX: keeps it on the CPU where no accelerator is attached.
 import jax  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
 import ml_collections  # pylint: disable=g-import-not-at-top
 import numpy as np  # pylint: disable=g-import-not-at-top
-
-REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
 
 from docent_jax import losses  # pylint: disable=g-import-not-at-top
 from docent_jax import parallel  # pylint: disable=g-import-not-at-top

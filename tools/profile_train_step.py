@@ -18,6 +18,9 @@ import tempfile
 import time
 from typing import Any, Callable
 
+# The package before JAX: it keeps JAX on the CPU where no accelerator is attached (libtpu would look for a TPU).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+import docent_jax  # pylint: disable=g-import-not-at-top,unused-import
 from absl import app
 from absl import flags
 import jax
@@ -25,7 +28,6 @@ import numpy as np
 import optax
 from ml_collections import config_flags
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import bench_input_pipeline  # pylint: disable=g-import-not-at-top  # A tool beside this one.
 from docent_jax import parallel  # pylint: disable=g-import-not-at-top
 from docent_jax import trainer as trainers  # pylint: disable=g-import-not-at-top
