@@ -17,21 +17,20 @@ def test_all_tools_import_together_without_flag_clashes():
   assert completed.returncode == 0, completed.stderr[-3000:]
 
 
+def _imported_packages(statement: ast.stmt) -> set[str]:
+  """The top-level packages an import statement imports (none for any other statement)."""
+  if isinstance(statement, ast.Import):
+    return {alias.name.split(".")[0] for alias in statement.names}
+  if isinstance(statement, ast.ImportFrom):
+    return {(statement.module or "").split(".")[0]}
+  return set()
+
+
 def _chooses_the_platform(statement: ast.stmt) -> bool:
   """`import docent_jax` (or from it), which sets JAX_PLATFORMS where no accelerator is attached, or a statement
   that sets JAX_PLATFORMS itself."""
-  if isinstance(statement, ast.Import):
-    return any(alias.name.split(".")[0] == "docent_jax" for alias in statement.names)
-  if isinstance(statement, ast.ImportFrom):
-    return (statement.module or "").split(".")[0] == "docent_jax"
-  return isinstance(statement, ast.Expr) and any(
+  return "docent_jax" in _imported_packages(statement) or isinstance(statement, ast.Expr) and any(
       isinstance(node, ast.Constant) and node.value == "JAX_PLATFORMS" for node in ast.walk(statement))
-
-
-def _imports_jax(statement: ast.stmt) -> bool:
-  if isinstance(statement, ast.Import):
-    return any(alias.name.split(".")[0] == "jax" for alias in statement.names)
-  return isinstance(statement, ast.ImportFrom) and (statement.module or "").split(".")[0] == "jax"
 
 
 def test_every_tool_lets_the_package_choose_the_platform_before_importing_jax():
@@ -40,7 +39,7 @@ def test_every_tool_lets_the_package_choose_the_platform_before_importing_jax():
   late = []
   for path in sorted(TOOLS.glob("*.py")):
     body = ast.parse(path.read_text(encoding="utf-8")).body
-    jax_import = next((statement.lineno for statement in body if _imports_jax(statement)), None)
+    jax_import = next((statement.lineno for statement in body if "jax" in _imported_packages(statement)), None)
     if jax_import is None:
       continue
     chosen = next((statement.lineno for statement in body if _chooses_the_platform(statement)), None)
