@@ -69,6 +69,11 @@ def test_the_tool_writes_a_png_and_prints_the_tables(tmp_path):
        "--reference=validation/mrr,0.18,paper", f"--output={output}"], capture_output=True, text=True, check=True)
   assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert "batch 256: validation/mrr >= 0.18 (paper): step 50 (12,800 examples" in result.stdout
+  values = json.loads(output.with_suffix(".json").read_text())  # The plotted numbers, kept beside the picture.
+  assert [(p["step"], p["examples"], p["value"]) for p in values["runs"]["batch 256"]["validation/mrr"]] == [
+      (25, 6_400, pytest.approx(0.15)), (50, 12_800, pytest.approx(0.22))]
+  assert values["references"] == [{"metric": "validation/mrr", "value": 0.18, "label": "paper",
+                                   "first_step_reaching": {"batch 64": 200, "batch 256": 50}}]
 
 
 def test_plots_against_wall_clock_and_refuses_unknown_axes(tmp_path):

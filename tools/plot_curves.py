@@ -1,4 +1,5 @@
-"""Learning curves from runs' TensorBoard events: one PNG, and every plotted value as Markdown tables.
+"""Learning curves from runs' TensorBoard events: one PNG, every plotted value as Markdown tables, and the same
+values as a JSON file beside the PNG (its name, `.json`), so that a curve's numbers outlive the runs' events.
 
   python tools/plot_curves.py --output docs/curves/wn18rr_bebow.png \
       --run "BE-BOW=runs/curves/wn18rr_bebow/blp_transe" --metric validation/mrr \
@@ -12,6 +13,7 @@ logged twice keeps its last value, and the wall-clock column adds up each file's
 between runs do not count. DIR may be a gs:// path.
 """
 import dataclasses
+import json
 
 from absl import app
 from absl import flags
@@ -136,6 +138,21 @@ def markdown_tables(curves: dict[str, dict[str, list[Point]]], references: list[
   return "\n".join(lines)
 
 
+def curves_record(curves: dict[str, dict[str, list[Point]]], references: list[Reference]) -> dict:
+  """Every plotted value, per run label and metric, and the first step of each run at each reference."""
+  def first_step(points: list[Point], value: float) -> int | None:
+    point = first_reaching(points, value)
+    return point.step if point else None
+
+  return {
+      "runs": {label: {metric: [dataclasses.asdict(point) for point in points] for metric, points in by_metric.items()}
+               for label, by_metric in curves.items()},
+      "references": [{**dataclasses.asdict(reference),
+                      "first_step_reaching": {label: first_step(by_metric[reference.metric], reference.value)
+                                              for label, by_metric in curves.items()}}
+                     for reference in references]}
+
+
 def plot(curves: dict[str, dict[str, list[Point]]], metrics: list[str], references: list[Reference],
          output: epath.Path, title: str = "", x_axes: tuple[str, ...] = ("step", "examples")) -> None:
   unknown = [x for x in x_axes if x not in X_AXES]
@@ -178,8 +195,11 @@ def main(argv: list[str]) -> None:
   curves = {label: read_curves(directory, FLAGS.metric) for label, directory in runs}
   output = epath.Path(FLAGS.output)
   plot(curves, FLAGS.metric, references, output, FLAGS.title, tuple(FLAGS.x))
+  values = output.with_suffix(".json")
+  with outputs.atomic_writer(values) as file:
+    json.dump(curves_record(curves, references), file, indent=1)
   print(markdown_tables(curves, references))
-  print(f"\nWrote {output}.")
+  print(f"\nWrote {output} and {values}.")
 
 
 if __name__ == "__main__":
