@@ -280,12 +280,17 @@ class Trainer:
     from clu import periodic_actions  # pylint: disable=g-import-not-at-top  # TensorFlow too: see `_writer`.
     progress = periodic_actions.ReportProgress(num_train_steps=num_steps, writer=writer, every_secs=_PROGRESS_SECONDS)
     progress(start)  # Measures from here.
+    previous_metrics = None
     with _termination_notice() as terminated:
       for step in range(start + 1, num_steps + 1):
         batch = parallel.global_batch(next(batches), self.mesh, self.objective.shared_batch_keys)
         if train_step is None:
           train_step = self.compile_train_step(state, jax.tree.map(lambda x: x.sharding, batch))
         state, metrics = train_step(state, batch)
+        # JAX dispatches steps ahead of the devices; one step in flight keeps the devices busy, while more would
+        # let `progress` count dispatched steps as done (its steps/s and ETA) and queue batches without bound.
+        jax.block_until_ready(previous_metrics)
+        previous_metrics = metrics
         # One process: its own SIGTERM handler; several: JAX's preemption service agrees on a step for all.
         stopping = checkpointer.reached_preemption(step) or bool(terminated)
         saving = checkpointer.should_save(step) or step == num_steps or stopping

@@ -13,6 +13,7 @@ import sys
 from clu import metric_writers
 from etils import epath
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
@@ -550,6 +551,41 @@ def test_evaluation_during_training_reaches_tensorboard_and_the_best_params_are_
   assert results["blp_transe/test/mrr"] == pytest.approx(tested["test/mrr"], abs=1e-6)
   # Final numbers reach TensorBoard too.
   assert _scalars(run_dir, "final/test/mrr")[8] == pytest.approx(results["blp_transe/test/mrr"], abs=1e-6)
+
+
+def test_training_keeps_one_step_in_flight_however_slow_the_devices(kg_dir, tfds_dir, tmp_path, monkeypatch):
+  """JAX returns from a step before the devices finish it. Each step here is followed by about 0.1 s of device
+  work, which a loop that never waited would queue up step after step; the trainer waits for each step's
+  predecessor, so CLU's steps/s and ETA count finished steps."""
+  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
+  config.train.num_steps = 10
+  config.train.log_every_steps = 100  # No loss is read back, so nothing else waits for the devices.
+  config.train.checkpoint_every_steps = 100
+  config.evals.validation.every_steps = 0  # Training only.
+  config.train.best_metric = ""
+
+  @jax.jit
+  def slow(metrics):
+    square = jnp.full((256, 256), metrics["loss"] * 1e-3)
+    busy = jax.lax.fori_loop(0, 400, lambda _, x: jnp.tanh(x @ x), square)
+    return {**metrics, "loss": metrics["loss"] + 0 * busy[0, 0]}
+
+  compile_train_step = trainers.Trainer.compile_train_step
+  returned, unfinished = [], []
+
+  def slow_train_step(self, *args):
+    train_step = compile_train_step(self, *args)
+
+    def step(state, batch):
+      unfinished.append(sum(not leaf.is_ready() for metrics in returned[:-1] for leaf in jax.tree.leaves(metrics)))
+      state, metrics = train_step(state, batch)
+      returned.append(slow(metrics))
+      return state, returned[-1]
+    return step
+
+  monkeypatch.setattr(trainers.Trainer, "compile_train_step", slow_train_step)
+  trainers.Trainer(config, tmp_path).train()
+  assert len(unfinished) == 10 and not any(unfinished), unfinished
 
 
 def test_a_non_finite_loss_stops_the_run_before_its_state_is_saved(kg_dir, tfds_dir, tmp_path):
