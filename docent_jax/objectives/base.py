@@ -8,11 +8,13 @@ import abc
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import Mesh
 import ml_collections
 
 from docent_jax import methods
 from docent_jax.inference.protocol import Model
+from docent_jax.models import bert
 
 
 class SkipRun(Exception):
@@ -94,3 +96,29 @@ class Objective(abc.ABC):
   def inference_record(self) -> dict[str, Any]:
     """What a trained run needs besides its config and params to be loaded without its data (entity ids and
     texts, relation names), as JSON (`model.json`)."""
+
+
+class MeanPooledBertObjective(Objective):
+  """An objective whose params are one BERT (`{"bert": ...}`) read by mean pooling (SupCon, FAQ retrieval).
+  Subclasses set `tokenizer` and `_bert_params` (the pretrained BERT's params, or None to start fresh)."""
+
+  tokenizer: Any
+  _bert_params: Any
+
+  @property
+  def encoder(self) -> bert.BertModel:
+    """The BERT the loss applies: its model's (`model()`), the one evaluation and `load()` use."""
+    return self.model().encoder
+
+  def init_variables(self, rng: jax.Array) -> Any:
+    tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
+    return {"bert": self.encoder.init(rng, tokens, tokens)["params"]}
+
+  def pretrained_params(self) -> dict[str, Any]:
+    return {} if self._bert_params is None else {"bert": self._bert_params}
+
+  def encode(self, params: Any, tokens: jax.Array, *, deterministic: bool = True,
+             rng: jax.Array | None = None) -> jax.Array:
+    """Text vectors [N, d]: BERT's outputs for token ids [N, L], averaged over the non-padding tokens."""
+    return bert.mean_pooled(self.encoder, params["bert"], tokens, pad_token_id=self.tokenizer.pad_token_id,
+                            deterministic=deterministic, rng=rng)

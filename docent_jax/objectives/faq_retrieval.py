@@ -38,7 +38,7 @@ from docent_jax.objectives import faq_negatives
 NEGATIVES = ("retrieved", "random")
 
 
-class FaqRetrievalObjective(base.Objective):
+class FaqRetrievalObjective(base.MeanPooledBertObjective):
   """Fine-tuning of a text encoder for FAQ retrieval; see the module docstring."""
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
@@ -60,23 +60,6 @@ class FaqRetrievalObjective(base.Objective):
 
   def data_fingerprint(self) -> dict[str, int | str]:
     return self.faq.fingerprint()
-
-  @property
-  def encoder(self) -> bert.BertModel:
-    """The BERT the loss applies: its model's (`model()`), the one evaluation and `load()` use."""
-    return self.model().encoder
-
-  def init_variables(self, rng: jax.Array) -> Any:
-    tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
-    return {"bert": self.encoder.init(rng, tokens, tokens)["params"]}
-
-  def pretrained_params(self) -> dict[str, Any]:
-    return {} if self._bert_params is None else {"bert": self._bert_params}
-
-  def encode(self, params: Any, tokens: jax.Array, *, deterministic: bool = True,
-             rng: jax.Array | None = None) -> jax.Array:
-    return bert.mean_pooled(self.encoder, params["bert"], tokens, pad_token_id=self.tokenizer.pad_token_id,
-                            deterministic=deterministic, rng=rng)
 
   def vectors(self, params: Any, tokens: np.ndarray, encode: Callable[[Any, jax.Array], jax.Array] | None = None
               ) -> np.ndarray:

@@ -26,7 +26,6 @@ from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.data.offers import labels as offer_labels
 from docent_jax.data.offers import sampling as offer_sampling
 from docent_jax.inference import pair_matching as pair_matching_model
-from docent_jax.models import bert
 from docent_jax.models import pretrained
 from docent_jax.objectives import base
 
@@ -58,7 +57,7 @@ def offer_labels_of(corpus: offer_corpus.OfferCorpus, kind: str, *, fraction: fl
   return labels
 
 
-class SupconObjective(base.Objective):
+class SupconObjective(base.MeanPooledBertObjective):
   """Contrastive pre-training of the offer encoder (mean-pooled BERT)."""
 
   rows_per_example = 2  # Each anchor is followed by its partner.
@@ -95,18 +94,6 @@ class SupconObjective(base.Objective):
   def data_fingerprint(self) -> dict[str, int | str]:
     return self.corpus.fingerprint()
 
-  @property
-  def encoder(self) -> bert.BertModel:
-    """The BERT the loss applies: its model's (`model()`), the one evaluation and `load()` use."""
-    return self.model().encoder
-
-  def init_variables(self, rng: jax.Array) -> Any:
-    tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
-    return {"bert": self.encoder.init(rng, tokens, tokens)["params"]}
-
-  def pretrained_params(self) -> dict[str, Any]:
-    return {} if self._bert_params is None else {"bert": self._bert_params}
-
   def train_batches(self, seed: int) -> Any:
     data = self.config.data
     return offer_sampling.contrastive_batches(
@@ -114,12 +101,6 @@ class SupconObjective(base.Objective):
         batch_size=self.config.train.global_batch_size, max_len=data.max_len, seed=seed,
         source_aware=data.source_aware, augmentation=data.augmentation or None,
         augmentation_probability=data.augmentation_probability)
-
-  def encode(self, params: Any, tokens: jax.Array, *, deterministic: bool = True,
-             rng: jax.Array | None = None) -> jax.Array:
-    """Offer vectors [N, d]: BERT's outputs for token ids [N, L], averaged over the non-padding tokens."""
-    return bert.mean_pooled(self.encoder, params["bert"], tokens, pad_token_id=self.tokenizer.pad_token_id,
-                            deterministic=deterministic, rng=rng)
 
   def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     vectors = self.encode(params, batch["tokens"], deterministic=False, rng=rng)
