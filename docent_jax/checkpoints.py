@@ -24,8 +24,8 @@ class CheckpointWriteError(RuntimeError):
   """A checkpoint could not be written (e.g. a full disk); names the step, the directory and the OS cause."""
 
 
-def _cause(error: BaseException) -> str:
-  """The OS error behind `error` (e.g. 'No space left on device'), else its own message, on one line."""
+def _os_cause(error: BaseException) -> str | None:
+  """The OS error behind `error` (e.g. 'OSError: No space left on device'), or None."""
   seen = error
   while seen is not None:
     if isinstance(seen, OSError) and seen.strerror:
@@ -35,7 +35,31 @@ def _cause(error: BaseException) -> str:
     if code:
       return f"OS error {code.group(1)}: {os.strerror(int(code.group(1)))}"
     seen = seen.__cause__ or seen.__context__
-  return f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+  return None
+
+
+def _cause(error: BaseException) -> str:
+  """The OS error behind `error`, else its own message, on one line."""
+  return _os_cause(error) or f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+
+
+class _UnretrievedWriteErrors(python_logging.Filter):
+  """Holds back asyncio's "Task exception was never retrieved" for a failed write: Orbax awaits one task of a failed
+  save (that failure is the `CheckpointWriteError`) and may leave a sibling's OS error to asyncio, which logs it
+  with a traceback, from another thread, whenever the task is collected. What is held is raised at `close()` if
+  no write error was."""
+
+  def __init__(self):
+    super().__init__()
+    self.held: list[BaseException] = []
+
+  def filter(self, record: python_logging.LogRecord) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    if (error is not None and record.getMessage().startswith("Task exception was never retrieved")
+        and _os_cause(error)):
+      self.held.append(error)
+      return False
+    return True
 
 
 def _grain() -> Any:
@@ -58,6 +82,9 @@ class StateCheckpoints:
         options=ocp.CheckpointManagerOptions(save_interval_steps=every_steps, max_to_keep=keep, create=True),
         item_names=("state", "data"))
     self._saving: int | None = None  # The step whose write may still be in flight.
+    self._failed = False  # A `CheckpointWriteError` was raised.
+    self._unretrieved = _UnretrievedWriteErrors()
+    python_logging.getLogger("asyncio").addFilter(self._unretrieved)
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -86,10 +113,13 @@ class StateCheckpoints:
       self.manager.wait_until_finished()
     except Exception as error:
       raise self._write_error(self._saving, error) from error
+    self._raise_unretrieved()
 
   def _write_error(self, step: int | None, error: BaseException) -> CheckpointWriteError:
+    self._failed = True
     step = self._saving if self._saving is not None else step
-    return CheckpointWriteError(f"Writing checkpoint {step} to {self.directory} failed ({_cause(error)}); the "
+    which = "a checkpoint" if step is None else f"checkpoint {step}"
+    return CheckpointWriteError(f"Writing {which} to {self.directory} failed ({_cause(error)}); the "
                                 "checkpoints saved before it are kept.")
 
   def restore(self, step: int, abstract_state: Any, data_iterator: Any | None) -> Any:
@@ -109,12 +139,20 @@ class StateCheckpoints:
     return restored["state"]
 
   def close(self) -> None:
-    """Waits for the last save and closes; after a failed write, closes without raising it again."""
+    """Waits for the last save and closes; after a failed write, closes without raising it again. A write that
+    failed only in a task no one awaited is raised here, as a `CheckpointWriteError`."""
     try:
       self.manager.wait_until_finished()
     except Exception:  # Already raised as a CheckpointWriteError.
       pass
     self.manager.close()
+    python_logging.getLogger("asyncio").removeFilter(self._unretrieved)
+    self._raise_unretrieved()
+
+  def _raise_unretrieved(self) -> None:
+    if self._unretrieved.held and not self._failed:
+      error = self._unretrieved.held[0]
+      raise self._write_error(self._saving, error) from error
 
 
 class BestParams:

@@ -1,5 +1,7 @@
 """Runs left alone: model_init, --mode=evaluate on what a run reported, whole files on a full disk, clear errors."""
+import errno
 import json
+import logging
 import re
 import pathlib
 import shutil
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 
 from configs import common
+from docent_jax import checkpoints
 from docent_jax import config_schema
 from docent_jax import experiment
 from docent_jax import outputs
@@ -197,9 +200,30 @@ def test_a_checkpoint_write_that_fails_is_one_error_naming_step_directory_and_ca
   assert f"Writing checkpoint 1 to {tmp_path / 'run' / 'blp_transe' / 'checkpoints'} failed" in errors[0]
   assert "(OS error 27: File too large)" in errors[0]
   # The only error logged, and no interpreter shutdown failing around Orbax's threads (~1,000 lines before).
-  assert [line for line in run.stderr.splitlines() if re.match(r"[EF]\d{4} ", line)] == errors
+  assert [line for line in run.stderr.splitlines() if re.match(r"[EF]\d{4} ", line)] == errors, run.stderr[-3000:]
   assert "meta_path" not in run.stderr
   assert "Event loop is closed" not in run.stderr  # TensorStore's callbacks into Orbax's closed loop, once each.
+
+
+def test_a_write_error_left_to_asyncio_is_held_back_then_raised_at_close(tmp_path, caplog):
+  # What asyncio logs when it collects a task of a failed save that Orbax did not await.
+  def collect_failed_task(error):
+    try:
+      raise error
+    except Exception:
+      logging.getLogger("asyncio").error("Task exception was never retrieved\nfuture: <Task finished>",
+                                         exc_info=True)
+  with caplog.at_level(logging.ERROR):
+    checkpointer = run_dirs.RunDir(tmp_path / "run").state_checkpoints()
+    collect_failed_task(OSError(errno.ENOSPC, "No space left on device"))
+    collect_failed_task(ValueError("an asyncio task's bug, not a write"))
+    assert [r.getMessage().splitlines()[0] for r in caplog.records] == ["Task exception was never retrieved"]
+    assert "an asyncio task's bug" in caplog.text and "No space left" not in caplog.text
+    with pytest.raises(checkpoints.CheckpointWriteError, match=r"^Writing a checkpoint to .*/run/checkpoints "
+                       r"failed \(OSError: No space left on device\); the checkpoints saved before it are kept\.$"):
+      checkpointer.close()
+  collect_failed_task(OSError(errno.ENOSPC, "No space left on device"))  # Closed: asyncio's logging as it was.
+  assert "No space left" in caplog.text
 
 
 def test_an_override_of_the_wrong_type_is_one_line_naming_flag_and_value():
