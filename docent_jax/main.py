@@ -1,5 +1,6 @@
 """Entry point: python -m docent_jax.main --config=configs/X.py[:arg] --workdir=DIR [--config.key=value ...]."""
 import os
+import shlex
 import sys
 import threading
 
@@ -17,6 +18,7 @@ from docent_jax import cpu_flags
 from docent_jax import experiment
 from docent_jax import host_memory
 from docent_jax import parallel
+from docent_jax import run_dir as run_dirs
 from docent_jax import trainer as trainers
 
 FLAGS = flags.FLAGS
@@ -75,6 +77,7 @@ def main(argv: list[str]) -> None:
     logging.info("CPU settings: XLA_FLAGS %r (%s overrides the family's); heap: %s (%s=default: glibc's).",
                  os.environ.get("XLA_FLAGS", ""), cpu_flags.OVERRIDE_VARIABLE,
                  host_memory.description(), host_memory.OVERRIDE_VARIABLE)
+  run_dirs.Workdir(FLAGS.workdir).record_command(shlex.join(["python", "-m", "docent_jax.main", *sys.argv[1:]]))
   try:
     if FLAGS.mode == "train":
       experiment.train_and_evaluate(FLAGS.config, FLAGS.workdir, take_over_other_hosts=FLAGS.resume_preempted,

@@ -9,32 +9,43 @@ import importlib
 from typing import Any
 
 
+# The papers the methods implement, as an exported model's card cites them.
+BLP = "Daza, Cochez & Groth, Inductive Entity Representations from Text via Link Prediction (WWW 2021)"
+DOCENT = ("Zemlyanskiy et al., Learning Self-Supervised Entity Representations from Large Document Collections "
+          "(EACL 2021)")
+SUPCON = "Peeters & Bizer, Supervised Contrastive Learning for Product Matching (WWW 2022 companion)"
+UNIVERSAL = "Li & Zhao, Learning Universal Representations from Word to Sentence"
+
+
 @dataclasses.dataclass(frozen=True)
 class Method:
   objective: str  # "module:Class" of its `objectives.base.Objective`.
   model: str  # "module:Class" of its `inference.protocol.Model`.
+  paper: str  # The paper it implements.
   loadable: bool = True  # False where a run's model needs more than its own params (tag scorers: their parent's).
 
 
 OBJECTIVES: dict[str, Method] = {
-    "blp": Method("docent_jax.objectives.blp:BlpObjective", "docent_jax.inference.link_prediction:LinkPredictionModel"),
+    "blp": Method("docent_jax.objectives.blp:BlpObjective",
+                  "docent_jax.inference.link_prediction:LinkPredictionModel", BLP),
     "cross_encoder": Method("docent_jax.objectives.pair_matching:CrossEncoderObjective",
-                            "docent_jax.inference.pair_matching:PairMatchingModel"),
+                            "docent_jax.inference.pair_matching:PairMatchingModel", SUPCON),
     "docent_dual": Method("docent_jax.objectives.docent_dual:DocentDualObjective",
-                          "docent_jax.inference.movies:DualMovieModel"),
+                          "docent_jax.inference.movies:DualMovieModel", DOCENT),
     "docent_full": Method("docent_jax.objectives.docent_full:DocentFullObjective",
-                          "docent_jax.inference.movies:FullMovieModel"),
+                          "docent_jax.inference.movies:FullMovieModel", DOCENT),
     "docent_hybrid": Method("docent_jax.objectives.docent_hybrid:DocentHybridObjective",
-                            "docent_jax.inference.movies:DualMovieModel"),
+                            "docent_jax.inference.movies:DualMovieModel", DOCENT),
     "faq_retrieval": Method("docent_jax.objectives.faq_retrieval:FaqRetrievalObjective",
-                            "docent_jax.inference.text_encoder:FaqModel"),
+                            "docent_jax.inference.text_encoder:FaqModel", UNIVERSAL),
     "pair_matching": Method("docent_jax.objectives.pair_matching:PairMatchingObjective",
-                            "docent_jax.inference.pair_matching:PairMatchingModel"),
-    "supcon": Method("docent_jax.objectives.supcon:SupconObjective", "docent_jax.inference.text_encoder:TextEncoderModel"),
+                            "docent_jax.inference.pair_matching:PairMatchingModel", SUPCON),
+    "supcon": Method("docent_jax.objectives.supcon:SupconObjective",
+                     "docent_jax.inference.text_encoder:TextEncoderModel", SUPCON),
     "tag_finetuning": Method("docent_jax.objectives.tag_finetuning:TagFinetuningObjective",
-                             "docent_jax.inference.movies:TagModel", loadable=False),
+                             "docent_jax.inference.movies:TagModel", DOCENT, loadable=False),
     "universal": Method("docent_jax.objectives.universal:UniversalObjective",
-                        "docent_jax.inference.text_encoder:UniversalModel"),
+                        "docent_jax.inference.text_encoder:UniversalModel", UNIVERSAL),
 }
 
 
@@ -62,6 +73,11 @@ def model_class(name: str) -> type:
 def loadable(name: str) -> bool:
   """Whether a run of objective `name` loads from its own directory (`docent_jax.load`)."""
   return _method(name).loadable
+
+
+def paper(name: str) -> str:
+  """The paper that objective `name` implements."""
+  return _method(name).paper
 
 
 def loadable_objectives() -> list[str]:

@@ -23,6 +23,7 @@ from docent_jax import outputs
 from docent_jax.data import fingerprint
 
 RESULTS_FILE = "results.json"  # In the workdir, beside its runs: `<model>/<split>/<metric>` -> number.
+COMMANDS_FILE = "commands.json"  # In the workdir: the command lines that trained or evaluated in it, oldest first.
 CONFIG_FILE = "config.json"
 DATA_FILE = "data.json"  # The fingerprint of the data the run trained on.
 MODEL_FILE = "model.json"  # What loading the run needs besides config and params (entity ids and texts, ...).
@@ -108,6 +109,20 @@ class Workdir(_Directory):
     if kept:
       logging.info("%s keeps %d earlier results that this run has not rewritten.", path, len(kept))
     logging.info("Wrote %s (%d results).", path, len(results))
+
+  def record_command(self, command: str) -> None:
+    """Adds `command` (a command line that trains or evaluates here) to the workdir's list, once."""
+    if jax.process_index() != 0:
+      return
+    commands = self.commands()
+    if command not in commands:
+      self.path.mkdir(parents=True, exist_ok=True)
+      outputs.write_atomically(self.path / COMMANDS_FILE, json.dumps(commands + [command], indent=1))
+
+  def commands(self) -> list[str]:
+    """The command lines recorded here, oldest first ([] for a workdir written before they were recorded)."""
+    path = self.path / COMMANDS_FILE
+    return list(outputs.read_json(path)) if path.exists() else []
 
 
 class RunDir(_Directory):

@@ -12,6 +12,15 @@ from docent_jax.inference import protocol
 from docent_jax.models import blp_model
 from docent_jax.models import pretrained
 
+# BLP's encoders that are a BERT, a pooling and a linear map; why each of the others has no such form.
+BERT_ENCODERS = ("bert", "bert_mean")
+NOT_BERT_ENCODERS = {
+    "bow": "BE-BOW averages input word-piece vectors with [CLS] and [SEP] (BLP's setting drops stop words first); "
+           "sentence-transformers' StaticEmbedding averages without them, so no module of it computes these vectors.",
+    "cnn": "DKRL's encoder is two convolutions with a masked max-pool between them; sentence-transformers' CNN module "
+           "computes another network, so no module of it computes these vectors.",
+}
+
 
 class LinkPredictionModel(protocol.Model):
   """Encodes entity descriptions; scores triples; completes (description, relation) with the model's entities.
@@ -35,6 +44,15 @@ class LinkPredictionModel(protocol.Model):
     tokens = tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
     return parallel.map_token_batches(self._encode_tokens_fn, self.params, tokens, pad_id=self.tokenizer.pad_token_id,
                                       batch_size=self.config.model.inference_batch_size, mesh=self.mesh, what="texts")
+
+  def text_encoder_layout(self) -> protocol.TextEncoderLayout:
+    encoder = self.config.model.encoder
+    if encoder not in BERT_ENCODERS:
+      raise protocol.NotExportableError(f"{self.name}: {NOT_BERT_ENCODERS[encoder]}")
+    return protocol.TextEncoderLayout(
+        bert_config=self.module.encoder.config, bert_path=self.encoder_path,
+        pooling="mean" if encoder == "bert_mean" else "cls", max_len=self.config.data.max_len,
+        projection_path=("encoder", "projection") if self.config.model.dim else None)
 
   def encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:
     return self.module.apply({"params": params}, tokens, method=blp_model.BlpModel.encode)

@@ -65,6 +65,12 @@ class DualMovieModel(MovieModel):
   def encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:
     return self.module.apply({"params": params}, tokens, method=dual_encoder.DualEncoder.encode_sentences)
 
+  def text_encoder_layout(self) -> protocol.TextEncoderLayout:
+    # f(s) is a unit vector: the exported encoder normalises as the model does.
+    return protocol.TextEncoderLayout(bert_config=self.bert_config, bert_path=("bert",),
+                                      pooling=self.config.model.get("sentence_pooling", "cls"),
+                                      max_len=self.config.data.max_len, normalize=True)
+
   def _entity_table(self) -> jax.Array:
     return self.module.apply({"params": self.params}, method=dual_encoder.DualEncoder.entity_table)
 
@@ -92,6 +98,12 @@ class FullMovieModel(MovieModel):
 
   def _entity_table(self) -> jax.Array:
     return self.module.apply({"params": self.params}, method=docent_full.DocentFull.output_tables)[2]
+
+  def text_encoder_layout(self) -> protocol.TextEncoderLayout:
+    raise protocol.NotExportableError(
+        f"{self.name}: DOCENT-FULL's text vector is the output at the entity slot of `[CLS] [MASK] [SEP] text [SEP]` "
+        "(position 1), which no sentence-transformers pooling selects; export its entity table with "
+        "--format=projector.")
 
 
 class TagModel(protocol.Model):

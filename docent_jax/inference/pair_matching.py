@@ -1,6 +1,7 @@
 """Product matching's offer-pair classifiers (bi-encoder, cross-encoder). SupCon's offer encoder is a
 `text_encoder.TextEncoderModel` whose tokenizer has the offer markers (`OFFER_TOKENS`)."""
 from collections.abc import Sequence
+import dataclasses
 from typing import Any
 
 import jax
@@ -10,6 +11,7 @@ import numpy as np
 from docent_jax import parallel
 from docent_jax.data import tokenization
 from docent_jax.data.offers import files as offer_files
+from docent_jax.inference import protocol
 from docent_jax.inference import text_encoder
 from docent_jax.models import pair_classifier
 
@@ -34,6 +36,12 @@ class PairMatchingModel(text_encoder.TextEncoderModel):
       raise TypeError(f"{self.name}: a cross-encoder reads the two offers of a pair together; it has no vector of "
                       "one offer (use match).")
     return super()._encode(texts)
+
+  def text_encoder_layout(self) -> protocol.TextEncoderLayout:
+    layout = super().text_encoder_layout()
+    if self.cross_encoder:  # The first token's output of the pair read together, then the head.
+      return dataclasses.replace(layout, pooling="cls", head="cross_encoder", head_path=("head", "output"))
+    return dataclasses.replace(layout, head="pair_features", head_path=("head", "output"))
 
   def match_logits(self, left: str | Sequence[str], right: str | Sequence[str]) -> np.ndarray:
     """[n] logits that left[i] and right[i] are offers of one product (a match when > 0); one pair of offers

@@ -13,6 +13,7 @@ one evaluation round share the entity vectors.
 import abc
 from collections.abc import Callable, Hashable, Sequence
 import copy
+import dataclasses
 import hashlib
 import io
 import json
@@ -31,6 +32,27 @@ from docent_jax import run_dir as run_dirs
 from docent_jax.inference import search as vector_search
 
 Ranking = list[list[tuple[str, float]]]  # Per query, the (id, score) of its top k, best first.
+
+
+class NotExportableError(ValueError):
+  """The model's text vectors are not what a BERT, a pooling and a linear map compute; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TextEncoderLayout:
+  """How a model computes a text's vector from its params, in the terms other libraries use: a BERT (or RoBERTa)
+  over `[CLS] text [SEP]` truncated to `max_len` tokens, a pooling of its outputs, an optional linear map and an
+  optional L2 normalisation. What `docent_jax.export` writes as sentence-transformers modules and ONNX."""
+  bert_config: Any  # `models.bert.BertConfig`.
+  bert_path: tuple[str, ...]  # Where the BERT's params are in the model's params.
+  pooling: str  # "cls" (the first token's output) or "mean" (over the non-padding tokens).
+  max_len: int
+  projection_path: tuple[str, ...] | None = None  # A Dense's params (kernel [in, out], bias) applied after pooling.
+  normalize: bool = False  # Whether the vectors are L2-normalised (the model's own `encode` returns unit vectors).
+  # A pair classifier's logit head (Dense params, one output): over the pair features [u, v, |u - v|, u * v] of the
+  # two texts' vectors ("pair_features"), or over the pooled vector of both texts read together ("cross_encoder").
+  head: str | None = None
+  head_path: tuple[str, ...] | None = None
 
 
 def data_parallel_mesh() -> Mesh:
@@ -104,6 +126,18 @@ class Model(abc.ABC):
   @abc.abstractmethod
   def _encode(self, texts: list[str]) -> np.ndarray:
     """[n, d] vectors of `texts`, computed."""
+
+  def text_encoder_layout(self) -> TextEncoderLayout:
+    """How this model's vectors of one text are computed (`TextEncoderLayout`); a model whose vectors are not a
+    pooled BERT's raises `NotExportableError` saying why."""
+    raise NotExportableError(f"{self.name}: a {type(self).__name__} computes no pooled BERT vector of a text.")
+
+  def save_pretrained(self, directory: str, format: str = "sentence-transformers",  # pylint: disable=redefined-builtin
+                      overwrite: bool = False) -> Any:
+    """Writes this model where other libraries load it: `format` "sentence-transformers" (default), "huggingface",
+    "onnx" or "projector" (`export.writer.save_pretrained`; docs/export.md). Returns the directory."""
+    from docent_jax.export import writer  # pylint: disable=g-import-not-at-top
+    return writer.save_pretrained(self, directory, format=format, overwrite=overwrite)
 
   def encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:
     """[b, d] vectors of a batch of token ids [b, L] over `params`, jittable: what `encode` maps over batches of

@@ -53,6 +53,14 @@ class TextEncoderModel(protocol.Model):
                                                             np.float64))
     return pretrained.mean_input_word_pieces(self.tokenizer, table, texts)
 
+  def text_encoder_layout(self) -> protocol.TextEncoderLayout:
+    if self.pooling == "input_word_pieces":
+      raise protocol.NotExportableError(
+          f"{self.name}: the static word-piece model averages input word-piece vectors without special tokens or "
+          "truncation, on the host; it has no transformer to export (its vectors are the pretrained table's).")
+    return protocol.TextEncoderLayout(bert_config=self.bert_config, bert_path=("bert",), pooling="mean",
+                                      max_len=self.config.data.max_len)
+
   def encode_tokens(self, params: Any, tokens: jax.Array) -> jax.Array:
     if self.pooling == "input_word_pieces":
       raise TypeError(f"{self.name}: the static word-piece model encodes texts on the host (`encode`), not token "

@@ -138,6 +138,38 @@ def _to_flax(hf_values: list[np.ndarray], path: tuple[str, ...]) -> np.ndarray:
   return hf_values[0]
 
 
+def _from_flax(value: np.ndarray, path: tuple[str, ...], count: int) -> list[np.ndarray]:
+  """`_to_flax` inverted: the `count` Hugging Face tensors that a Flax param is built from."""
+  value = np.asarray(value, np.float32)
+  if path[-1] == "qkv_kernel":
+    return [np.ascontiguousarray(value[:, i, :].T) for i in range(count)]
+  if path[-1] == "qkv_bias":
+    return [value[i] for i in range(count)]
+  if path[-1] == "kernel":
+    return [np.ascontiguousarray(value.T)]
+  return [value]
+
+
+def bert_state_dict(params: dict[str, Any], config: bert.BertConfig) -> dict[str, np.ndarray]:
+  """The float32 tensors of a `BertModel`'s (unboxed) params under Hugging Face's names, as `BertModel` /
+  `RobertaModel.save_pretrained` writes them (no model prefix): what `load_bert` reads back."""
+  with_pooler = "pooler" in params
+  state = {}
+  for path, hf in _hf_names(config.num_hidden_layers, with_pooler).items():
+    node = params
+    for key in path:
+      node = node[key]
+    state.update(zip(hf, _from_flax(np.asarray(node), path, len(hf))))
+  return state
+
+
+def hf_config_dict(config: bert.BertConfig) -> dict[str, Any]:
+  """config.json of a `BertConfig`: what Hugging Face's `AutoModel` builds the same encoder from."""
+  fields = {field.name: getattr(config, field.name) for field in dataclasses.fields(config) if field.name != "remat"}
+  architecture = "RobertaModel" if config.model_type == "roberta" else "BertModel"
+  return {"architectures": [architecture], **fields, "position_embedding_type": "absolute"}
+
+
 def _gather(state: dict[str, np.ndarray], names: dict[tuple[str, ...], tuple[str, ...]],
             expected: dict[tuple[str, ...], Any], source: pathlib.Path) -> dict[str, Any]:
   """Builds the nested params of `names` from `state` (popping what it uses), checking every shape."""
