@@ -39,8 +39,90 @@ _MLM_HEAD_NAMES = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class SentenceTransformerModules:
+  """What a sentence-transformers directory's modules.json computes after its transformer."""
+  transformer_dir: pathlib.Path  # The transformer module's directory (config.json, weights, tokenizer).
+  pooling: str  # "cls", "mean", ... (sentence-transformers' pooling mode).
+  dense: tuple[tuple[np.ndarray, np.ndarray, str], ...]  # Each Dense's weight [out, in], bias and activation.
+  normalize: bool
+  max_seq_length: int | None
+
+
+def _module_kind(entry: dict[str, Any]) -> str:
+  return entry.get("type", "").rsplit(".", 1)[-1]
+
+
+def _pooling_mode(config: dict[str, Any], source: pathlib.Path) -> str:
+  """The one pooling mode of a Pooling module's config (sentence-transformers 6's `pooling_mode`, or the
+  `pooling_mode_*_tokens` flags of earlier releases)."""
+  mode = config.get("pooling_mode")
+  if mode is None:
+    flags = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max",
+             "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens", "pooling_mode_lasttoken": "lasttoken",
+             "pooling_mode_weightedmean_tokens": "weightedmean"}
+    mode = [name for key, name in flags.items() if config.get(key)]
+  if isinstance(mode, list):
+    if len(mode) != 1:
+      raise ValueError(f"{source}: pooling modes {mode}; this package reads one.")
+    mode = mode[0]
+  return mode
+
+
+def _read_dense(directory: pathlib.Path) -> tuple[np.ndarray, np.ndarray, str]:
+  config = json.loads((directory / "config.json").read_text())
+  state, source = _read_state_dict(directory)
+  weight = np.asarray(state["linear.weight"], np.float32)
+  bias = np.asarray(state.get("linear.bias", np.zeros(weight.shape[0])), np.float32)
+  if weight.shape != (config["out_features"], config["in_features"]):
+    raise ValueError(f"{source}: linear.weight has shape {weight.shape}; config.json says "
+                     f"[{config['out_features']}, {config['in_features']}].")
+  return weight, bias, config.get("activation_function", "torch.nn.modules.activation.Tanh")
+
+
+def read_sentence_transformer(model_dir: pathlib.Path) -> SentenceTransformerModules | None:
+  """The modules of a sentence-transformers directory (one with modules.json), else None. Its transformer must be
+  the first module; Pooling, Dense and Normalize may follow. Another module is an error naming it."""
+  modules_path = model_dir / "modules.json"
+  if not modules_path.is_file():
+    return None
+  try:
+    modules = json.loads(modules_path.read_text())
+    if not modules or _module_kind(modules[0]) != "Transformer":
+      raise ValueError("its first module is not a Transformer")
+    transformer_dir = model_dir / modules[0].get("path", "")
+    pooling, dense, normalize = "cls", [], False
+    for entry in modules[1:]:
+      kind, directory = _module_kind(entry), model_dir / entry.get("path", "")
+      if kind == "Pooling":
+        pooling = _pooling_mode(json.loads((directory / "config.json").read_text()), directory)
+      elif kind == "Dense":
+        dense.append(_read_dense(directory))
+      elif kind == "Normalize":
+        normalize = True
+      else:
+        raise ValueError(f"module {entry.get('type')!r} is none of Transformer, Pooling, Dense and Normalize")
+    settings = transformer_dir / "sentence_bert_config.json"
+    max_len = json.loads(settings.read_text()).get("max_seq_length") if settings.is_file() else None
+  except (OSError, KeyError, TypeError, ValueError) as error:
+    raise ValueError(f"{modules_path}: not a sentence-transformers model this package reads ({error}).") from error
+  return SentenceTransformerModules(transformer_dir, pooling, tuple(dense), normalize, max_len)
+
+
 def resolve_model_dir(name_or_path: str) -> pathlib.Path:
-  """The directory of an alias's package, or `name_or_path` itself when it is a directory."""
+  """The directory of an alias's package, or `name_or_path` itself when it is a directory; of a sentence-transformers
+  directory, its transformer's directory."""
+  path = _resolve_named_dir(name_or_path)
+  modules = read_sentence_transformer(path)
+  return path if modules is None else modules.transformer_dir
+
+
+def sentence_transformer_modules(name_or_path: str) -> SentenceTransformerModules | None:
+  """The modules after the transformer of a model that is a sentence-transformers directory, else None."""
+  return read_sentence_transformer(_resolve_named_dir(name_or_path))
+
+
+def _resolve_named_dir(name_or_path: str) -> pathlib.Path:
   if name_or_path in MODEL_ALIASES:
     package, subdir = MODEL_ALIASES[name_or_path]
     if importlib.util.find_spec(package) is None:

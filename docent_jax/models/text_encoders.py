@@ -5,10 +5,13 @@ objective can swap them with one config value. The bag-of-words and CNN encoders
 input word-piece embeddings, as in the BLP paper's baselines.
 """
 import functools
+from typing import Any
 
+from absl import logging
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from docent_jax.models import bert
 
@@ -114,8 +117,31 @@ def output_dim(dim: int, config: bert.BertConfig) -> int:
   return dim or config.hidden_size
 
 
-def pretrained_subtree(name: str, bert_params: dict) -> dict:
-  """The part of a pretrained BERT's params that seeds encoder `name`, keyed like the encoder's own."""
-  if name in ("bert", "bert_mean"):
-    return {"bert": bert_params}
-  return {"word_embeddings": bert_params["embeddings"]["word_embeddings"]}
+_IDENTITY = "torch.nn.modules.linear.Identity"
+
+
+def pretrained_subtree(name: str, bert_params: dict, modules: Any = None, dim: int = 0) -> dict:
+  """The part of a pretrained BERT's params that seeds encoder `name`, keyed like the encoder's own. From a
+  sentence-transformers directory (`modules`, `pretrained.SentenceTransformerModules`) whose pooling is the
+  encoder's, its one linear Dense module of the encoder's shape also seeds the linear map to `dim`, so that the
+  encoder starts as the directory's model computes (a model exported by `docent_jax.export` comes back as it was)."""
+  if name not in ("bert", "bert_mean"):
+    return {"word_embeddings": bert_params["embeddings"]["word_embeddings"]}
+  tree = {"bert": bert_params}
+  if modules is None:
+    return tree
+  pooling = "mean" if name == "bert_mean" else "cls"
+  if modules.pooling != pooling:
+    logging.info("%s pools by %s, the encoder %r by %s: its Pooling and Dense modules are not used "
+                    "(config.model.encoder=%s pools as it does).", modules.transformer_dir, modules.pooling, name,
+                    pooling, "bert_mean" if modules.pooling == "mean" else "bert")
+    return tree
+  hidden = bert_params["embeddings"]["layer_norm"]["scale"].shape[0]
+  if len(modules.dense) == 1 and modules.dense[0][2] == _IDENTITY and modules.dense[0][0].shape == (dim, hidden):
+    weight, bias, _ = modules.dense[0]
+    tree["projection"] = {"kernel": np.ascontiguousarray(weight.T), "bias": bias}
+  elif modules.dense:
+    logging.warning("%s: its Dense modules (%s) are not one linear map from %d to config.model.dim = %d; the "
+                    "encoder's linear map starts fresh.", modules.transformer_dir,
+                    [tuple(d[0].shape) for d in modules.dense], hidden, dim)
+  return tree

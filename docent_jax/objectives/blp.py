@@ -133,7 +133,9 @@ class BlpObjective(base.Objective):
   def pretrained_params(self) -> dict[str, Any]:
     if self._bert_params is None:
       return {}
-    return {"encoder": text_encoders.pretrained_subtree(self.config.model.encoder, self._bert_params)}
+    model = self.config.model
+    return {"encoder": text_encoders.pretrained_subtree(
+        model.encoder, self._bert_params, pretrained.sentence_transformer_modules(model.pretrained), model.dim)}
 
   def train_batches(self, seed: int) -> Any:
     return pipeline.triple_batches(
