@@ -10,8 +10,10 @@ texts' vectors, so it is no part of this single-text graph.
 Weights keep their Hugging Face names; a `Linear` weight, stored transposed ([in, out]) so that `MatMul` reads it
 as it is, is named with a ".T" suffix.
 """
+from collections.abc import Callable
 import os
 import pathlib
+from typing import BinaryIO
 
 import numpy as np
 import onnx
@@ -19,23 +21,33 @@ from onnx import helper
 from onnx import numpy_helper
 
 from docent_jax.export import encoder as encoders
+from docent_jax.models import bert
 
 OPSET = 17  # The first with LayerNormalization.
 # ONNX 1.12's IR version, the first that carries opset 17: the oldest runtimes that run the graph read it.
 _IR_VERSION = 8
-# A model proto past this many bytes cannot be serialised whole; its weights go to a file beside it.
-_MAX_INLINE_BYTES = onnx.checker.MAXIMUM_PROTOBUF
+# A proto past 2 GB cannot be serialised (nor can one tensor past it be held in one): a model whose weights take
+# more is written with them in a file beside it. Its nodes and names take well under the 16 MB left.
+_MAX_INLINE_BYTES = onnx.checker.MAXIMUM_PROTOBUF - 2**24
+# Where each weight starts in that file: a page boundary, so that a runtime can map it in place.
+_EXTERNAL_ALIGNMENT = 4096
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # What JAX's attention puts in place of a padded key's score (`bert.attend`): a key's score plus this rounds to
 # this (so a fully padded row attends uniformly, as in JAX) and its softmax probability is exactly zero.
 _MASK_FILL = np.finfo(np.float32).min * 0.7
 
 
+# Makes the initializer of a weight from its float32 value and name (as `numpy_helper.from_array`): its data
+# inside the proto, or written elsewhere.
+_WeightStore = Callable[[np.ndarray, str], onnx.TensorProto]
+
+
 class _Graph:
   """The nodes and initializers of one graph under construction; each node is named after its one output."""
 
-  def __init__(self, tensors: dict[str, np.ndarray]):
+  def __init__(self, tensors: dict[str, np.ndarray], store: _WeightStore):
     self.tensors = tensors  # The weights by name, in torch's layout.
+    self.store = store
     self.nodes: list[onnx.NodeProto] = []
     self.initializers: dict[str, onnx.TensorProto] = {}
 
@@ -43,10 +55,13 @@ class _Graph:
     """The initializer of the weight `name` (a `Linear` weight transposed to [in, out])."""
     value = np.asarray(self.tensors[name], np.float32)
     if transpose:
-      name, value = f"{name}.T", np.ascontiguousarray(value.T)
-    return self.constant(name, value)
+      name, value = f"{name}.T", value.T
+    if name not in self.initializers:
+      self.initializers[name] = self.store(np.ascontiguousarray(value), name)
+    return name
 
   def constant(self, name: str, value: np.ndarray) -> str:
+    """A small constant, kept in the proto (once, however many nodes read it)."""
     if name not in self.initializers:
       self.initializers[name] = numpy_helper.from_array(np.asarray(value), name)
     return name
@@ -94,7 +109,7 @@ def _activation(g: _Graph, x: str, name: str, output: str) -> str:
   raise ValueError(f"No ONNX graph of hidden_act {name!r}.")
 
 
-def _embeddings(g: _Graph, config) -> str:
+def _embeddings(g: _Graph, config: bert.BertConfig) -> str:
   """[batch, sequence, hidden]: word + position + token-type embeddings, then LayerNorm."""
   words = g.op("Gather", [g.weight("embeddings.word_embeddings.weight"), "input_ids"], "embeddings.words")
   table = g.weight("embeddings.position_embeddings.weight")
@@ -114,7 +129,7 @@ def _embeddings(g: _Graph, config) -> str:
   return g.layer_norm(summed, "embeddings.LayerNorm", config.layer_norm_eps, "embeddings.output")
 
 
-def _attention(g: _Graph, x: str, mask_bias: str, config, prefix: str) -> str:
+def _attention(g: _Graph, x: str, mask_bias: str, config: bert.BertConfig, prefix: str) -> str:
   """One layer's self-attention, output projection, residual and LayerNorm."""
   heads = g.ints([0, 0, config.num_attention_heads, config.head_dim])  # 0: the input's batch and sequence.
 
@@ -141,7 +156,7 @@ def _attention(g: _Graph, x: str, mask_bias: str, config, prefix: str) -> str:
                       f"{name}.output")
 
 
-def _layer(g: _Graph, x: str, mask_bias: str, config, index: int) -> str:
+def _layer(g: _Graph, x: str, mask_bias: str, config: bert.BertConfig, index: int) -> str:
   """Transformer block `index`: attention, then the feed-forward network with residual and LayerNorm."""
   prefix = f"encoder.layer.{index}"
   x = _attention(g, x, mask_bias, config, prefix)
@@ -168,27 +183,30 @@ def _pool(g: _Graph, hidden: str, pooling: str) -> str:
   raise ValueError(f"No ONNX graph of pooling {pooling!r}.")
 
 
-def encoder_graph(encoder: encoders.ExportedEncoder) -> onnx.ModelProto:
-  """The ONNX model (opset 17) of `encoder`: int64 `input_ids`, `attention_mask` and `token_type_ids`
-  [batch, sequence] to `sentence_embedding` [batch, dim], or a cross-encoder's `logits` [batch]. Checked by
-  `onnx.checker` (here when it serialises in one piece, under 2 GB; a larger one by `save_onnx`, from its files)."""
+def _tensors(encoder: encoders.ExportedEncoder) -> dict[str, np.ndarray]:
+  """The graph's weights by name: the BERT's (Hugging Face's names), the linear map's and a cross-encoder's head's."""
+  tensors = {name: value for name, value in encoder.state_dict.items() if not name.startswith("pooler.")}
+  if encoder.projection is not None:
+    tensors["projection.weight"], tensors["projection.bias"] = encoder.projection
+  if encoder.layout.head == "cross_encoder":
+    tensors["head.weight"], tensors["head.bias"] = encoder.head
+  return tensors
+
+
+def _model(encoder: encoders.ExportedEncoder, store: _WeightStore) -> onnx.ModelProto:
+  """The unchecked model of `encoder_graph`, its weights made by `store`."""
   layout = encoder.layout
   config = layout.bert_config
   cross_encoder = layout.head == "cross_encoder"
   if cross_encoder and (encoder.projection is not None or layout.normalize):
     raise ValueError("A cross-encoder's head reads the pooled vector itself; this layout also maps or normalises it.")
-  tensors = dict(encoder.state_dict)
-  if encoder.projection is not None:
-    tensors["projection.weight"], tensors["projection.bias"] = encoder.projection
-  if cross_encoder:
-    tensors["head.weight"], tensors["head.bias"] = encoder.head
-  g = _Graph(tensors)
+  g = _Graph(_tensors(encoder), store)
 
   x = _embeddings(g, config)
   # [batch, 1, 1, sequence], added to every layer's scores: 0 for the tokens attended to, else the fill.
   keys = g.op("Unsqueeze", ["attention_mask", g.ints([1, 2])], "mask.keys")
   is_pad = g.op("Equal", [keys, g.ints(0)], "mask.is_pad")
-  mask_bias = g.op("Where", [is_pad, g.floats(float(_MASK_FILL)), g.floats(0.0)], "mask.bias")
+  mask_bias = g.op("Where", [is_pad, g.floats(_MASK_FILL), g.floats(0.0)], "mask.bias")
   for i in range(config.num_hidden_layers):
     x = _layer(g, x, mask_bias, config, i)
   vector = _pool(g, x, layout.pooling)
@@ -209,22 +227,51 @@ def encoder_graph(encoder: encoders.ExportedEncoder) -> onnx.ModelProto:
   inputs = [helper.make_tensor_value_info(name, onnx.TensorProto.INT64, ["batch", "sequence"]) for name in INPUTS]
   graph = helper.make_graph(g.nodes, f"{config.model_type}_text_encoder", inputs, [output],
                             initializer=list(g.initializers.values()))
-  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=_IR_VERSION,
-                            producer_name="docent_jax")
-  if model.ByteSize() <= _MAX_INLINE_BYTES:
+  return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=_IR_VERSION,
+                           producer_name="docent_jax")
+
+
+def _fits_inline(encoder: encoders.ExportedEncoder) -> bool:
+  return sum(np.asarray(value).nbytes for value in _tensors(encoder).values()) <= _MAX_INLINE_BYTES
+
+
+def encoder_graph(encoder: encoders.ExportedEncoder) -> onnx.ModelProto:
+  """The ONNX model (opset 17) of `encoder`, weights inside: int64 `input_ids`, `attention_mask` and
+  `token_type_ids` [batch, sequence] to `sentence_embedding` [batch, dim], or a cross-encoder's `logits` [batch].
+  Checked by `onnx.checker` where it can be serialised, its weights under 2 GB; a larger one is for `save_onnx`
+  (which checks the files it writes), and one weight over 2 GB cannot be held in a proto at all."""
+  model = _model(encoder, numpy_helper.from_array)
+  if _fits_inline(encoder):
     onnx.checker.check_model(model)
   return model
 
 
+def _external_weight(file: BinaryIO, location: str) -> _WeightStore:
+  """Makes initializers whose data it appends to `file`, which the model finds as `location` beside it."""
+
+  def store(value: np.ndarray, name: str) -> onnx.TensorProto:
+    file.write(bytes(-file.tell() % _EXTERNAL_ALIGNMENT))
+    offset = file.tell()
+    file.write(memoryview(value.astype("<f4", copy=False)))  # ONNX's data is little-endian.
+    tensor = onnx.TensorProto(name=name, data_type=onnx.TensorProto.FLOAT, dims=value.shape,
+                              data_location=onnx.TensorProto.EXTERNAL)
+    for key, entry in (("location", location), ("offset", offset), ("length", value.nbytes)):
+      tensor.external_data.add(key=key, value=str(entry))
+    return tensor
+
+  return store
+
+
 def save_onnx(encoder: encoders.ExportedEncoder, path: str | os.PathLike) -> None:
-  """Writes `encoder_graph(encoder)` to the file `path` (a local `.onnx`), weights included; a model over 2 GB
-  keeps its weights in `<name>.data` beside it (ONNX's external data), which must travel with it."""
-  model = encoder_graph(encoder)
+  """Writes the model of `encoder_graph(encoder)` to the file `path` (a local `.onnx`), weights included; one whose
+  weights are over 2 GB keeps them in `<name>.data` beside it (ONNX's external data), which must travel with it."""
   path = pathlib.Path(path)
-  if model.ByteSize() <= _MAX_INLINE_BYTES:
-    onnx.save_model(model, path)
+  if _fits_inline(encoder):
+    onnx.save_model(encoder_graph(encoder), path)
     return
+  # Each weight goes to the file as the graph is built: the model is never held whole in one proto.
   data = path.with_name(f"{path.name}.data")
-  data.unlink(missing_ok=True)  # onnx appends the weights to the file; a previous export's would stay in it.
-  onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location=data.name)
+  with data.open("wb") as file:
+    model = _model(encoder, _external_weight(file, data.name))
+  onnx.save_model(model, path)
   onnx.checker.check_model(path)

@@ -13,7 +13,7 @@ from typing import Any
 
 from etils import epath
 import numpy as np
-from safetensors.numpy import save_file
+from safetensors.numpy import save
 
 from docent_jax import outputs
 from docent_jax import parallel
@@ -36,9 +36,10 @@ class ExportError(ValueError):
 
 
 def _save_tensors(path: pathlib.Path, tensors: dict[str, np.ndarray]) -> None:
-  # "pt": the format tag that transformers and sentence-transformers expect of a safetensors file.
-  save_file({name: np.ascontiguousarray(value, np.float32) for name, value in tensors.items()}, str(path),
-            metadata={"format": "pt"})
+  # "pt": the format tag that transformers and sentence-transformers expect of a safetensors file. Serialised in
+  # memory, then written, so that a failed write is an OSError naming its cause.
+  path.write_bytes(save({name: np.ascontiguousarray(value, np.float32) for name, value in tensors.items()},
+                        metadata={"format": "pt"}))
 
 
 def _write_json(path: pathlib.Path, value: Any) -> None:
@@ -52,6 +53,11 @@ def _write_transformer(encoder: encoders.ExportedEncoder, directory: pathlib.Pat
   from docent_jax.models import pretrained  # pylint: disable=g-import-not-at-top
   _write_json(directory / "config.json", pretrained.hf_config_dict(encoder.layout.bert_config))
   _save_tensors(directory / "model.safetensors", encoder.state_dict)
+  _save_tokenizer(encoder, directory)
+
+
+def _save_tokenizer(encoder: encoders.ExportedEncoder, directory: pathlib.Path) -> None:
+  """The tokenizer, truncating to the run's length by default (`model_max_length`)."""
   tokenizer = encoder.tokenizer
   kept = tokenizer.model_max_length
   tokenizer.model_max_length = encoder.layout.max_len
@@ -182,7 +188,7 @@ def _write_format(model: Any, format: str, directory: pathlib.Path) -> None:  # 
       from docent_jax.export import onnx_graph  # pylint: disable=g-import-not-at-top
       kind = format
       onnx_graph.save_onnx(encoder, directory / "model.onnx")
-      encoder.tokenizer.save_pretrained(str(directory))
+      _save_tokenizer(encoder, directory)
       output = "logits" if encoder.layout.head == "cross_encoder" else "sentence_embedding"
       notes = [f"`model.onnx`: inputs input_ids, attention_mask, token_type_ids (int64 [batch, sequence]), output "
                f"{output}; tokenize with the tokenizer here, truncating to {encoder.layout.max_len} tokens."]
