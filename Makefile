@@ -28,10 +28,8 @@ run: install
 test: install
 	$(PY) -m pytest -q -n auto --no-loadscope-reorder tests
 
-# Benchmarks compare against PyTorch, which is never a dependency of the package itself.
+# Benchmarks compare against PyTorch (the test extra's), which is never a dependency of the package itself.
 bench: install
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet --no-deps sentence-transformers==6.3.0
 	$(PY) tools/bench_encoder.py
 	$(PY) tools/bench_encode.py --texts=$(DATA)/wn18rr/entity2text.txt --count=1024 --backend=sentence_transformers
 	$(PY) tools/bench_encode.py --texts=$(DATA)/wn18rr/entity2text.txt --count=1024 --backend=jax
