@@ -23,6 +23,7 @@ from docent_jax import methods
 from docent_jax import trainer as trainers
 from docent_jax.export import writer
 from docent_jax.inference import protocol
+from docent_jax.models import pretrained
 import kg_fixtures
 import review_fixtures
 import test_reliability
@@ -325,3 +326,18 @@ def test_a_model_without_a_pooled_bert_is_refused_in_one_line_saying_why(blp_run
     assert not (tmp_path / encoder).exists()
   with pytest.raises(writer.ExportError, match="Unknown export format 'tflite'"):
     model.save_pretrained(tmp_path / "x", format="tflite")
+
+
+def test_a_sentence_transformers_directory_reads_its_modules_and_names_what_it_cannot(tmp_path):
+  shipped = pretrained.sentence_transformer_modules("minilm-l6")  # The package ships one, in the 2.0 format.
+  assert (shipped.pooling, shipped.dense, shipped.normalize, shipped.max_seq_length) == ("mean", (), True, 256)
+  assert pretrained.resolve_model_dir("minilm-l6") == shipped.transformer_dir
+  modules = tmp_path / "modules.json"
+  modules.write_text(json.dumps([{"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"},
+                                 {"idx": 1, "path": "1_LSTM", "type": "sentence_transformers.models.LSTM"}]))
+  with pytest.raises(ValueError, match=r"modules.json: not a sentence-transformers model this package reads "
+                                       r"\(module 'sentence_transformers.models.LSTM' is none of"):
+    pretrained.load_bert(str(tmp_path))
+  modules.write_text("[{")
+  with pytest.raises(ValueError, match=r"modules.json: not a sentence-transformers model this package reads"):
+    pretrained.load_tokenizer(str(tmp_path))

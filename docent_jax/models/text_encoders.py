@@ -132,9 +132,11 @@ def pretrained_subtree(name: str, bert_params: dict, modules: Any = None, dim: i
     return tree
   pooling = "mean" if name == "bert_mean" else "cls"
   if modules.pooling != pooling:
-    logging.info("%s pools by %s, the encoder %r by %s: its Pooling and Dense modules are not used "
-                    "(config.model.encoder=%s pools as it does).", modules.transformer_dir, modules.pooling, name,
-                    pooling, "bert_mean" if modules.pooling == "mean" else "bert")
+    # Worth a warning only where a linear map is left behind; BLP's [CLS] over a mean-pooled model is the paper's.
+    log = logging.warning if modules.dense else functools.partial(logging.vlog, 1)
+    log("%s pools by %s, the encoder %r by %s: its Pooling and Dense modules are not used "
+        "(config.model.encoder=%s pools as it does).", modules.transformer_dir, modules.pooling, name, pooling,
+        "bert_mean" if modules.pooling == "mean" else "bert")
     return tree
   hidden = bert_params["embeddings"]["layer_norm"]["scale"].shape[0]
   if len(modules.dense) == 1 and modules.dense[0][2] == _IDENTITY and modules.dense[0][0].shape == (dim, hidden):
