@@ -27,8 +27,8 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 # once), in collection order. The modules that train whole configs go first, slowest first, so that the
 # workers finish together; DOCENT-FULL's module goes with DOCENT-DUAL's, whose worker then trains the
 # `docent_dual_run` fixture once for both.
-SLOWEST_MODULES_FIRST = ("test_train", "test_docent_dual", "test_reliability", "test_supcon", "test_universal",
-                         "test_seeds", "test_docent_hybrid", "test_inference", "test_paper_configs",
+SLOWEST_MODULES_FIRST = ("test_train", "test_docent_dual", "test_reliability", "test_export", "test_supcon",
+                         "test_universal", "test_seeds", "test_docent_hybrid", "test_inference", "test_paper_configs",
                          "test_compile_for_tpu", "test_entity_reranking", "test_launch", "test_roberta")
 MODULE_GROUPS = {"test_docent_full": "test_docent_dual"}
 
