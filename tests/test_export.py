@@ -2,7 +2,6 @@
 directories, read by those libraries (sentence-transformers 6.3 on PyTorch, onnxruntime, transformers), which give
 the run's own vectors and scores; BLP's relation table reproduces the run's test MRR in NumPy; an exported
 directory comes back as a pretrained encoder and fine-tunes; bad input is one line and writes nothing."""
-import csv
 import json
 import os
 import pathlib
@@ -21,6 +20,7 @@ import docent_jax
 from docent_jax import experiment
 from docent_jax import methods
 from docent_jax import trainer as trainers
+from docent_jax.data.kg import graph as knowledge_graph
 from docent_jax.export import writer
 from docent_jax.inference import protocol
 from docent_jax.models import pretrained
@@ -33,6 +33,8 @@ import tiny_training
 import universal_fixtures
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT / "tools"))
+import export_link_prediction  # pylint: disable=g-import-not-at-top,wrong-import-position  # docs/export.md's recipe.
 _WORDS = ("red blue green camera lens river song account password the a of quick brown fox jumps over lazy dog "
           "acme x101 digital model number fruit tool city").split()
 
@@ -180,53 +182,19 @@ def test_the_pair_classifier_scores_as_the_run_through_the_numpy_recipe(runs, tm
   np.testing.assert_array_equal(probability > threshold, expected > 0.5)
 
 
-def _triples(path: pathlib.Path, rows: dict[str, int], relations: dict[str, int]) -> np.ndarray:
-  return np.asarray([[rows[h], relations[r], rows[t]] for h, r, t in
-                     (line.split("\t") for line in path.read_text().splitlines())], np.int64).reshape(-1, 3)
-
-
-def _filtered_mrr(entities: np.ndarray, relations: np.ndarray, test: np.ndarray, known: np.ndarray) -> float:
-  """BLP's filtered MRR of the test triples among all entities (both directions, ties counting half), TransE."""
-  unit = lambda x: x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-  entities = unit(entities)
-  answers = {}
-  for h, r, t in known:
-    answers.setdefault(("tail", h, r), set()).add(t)
-    answers.setdefault(("head", t, r), set()).add(h)
-  ranks = []
-  for h, r, t in test:
-    for direction, anchor, target in (("tail", h, t), ("head", t, h)):
-      query = entities[anchor] + relations[r] if direction == "tail" else entities[anchor] - relations[r]
-      scores = -np.abs(query - entities).sum(axis=-1)
-      others = np.ones(len(entities), bool)
-      others[list(answers[(direction, anchor, r)])] = False
-      above = (scores[others] > scores[target]).sum()
-      tied = (scores[others] == scores[target]).sum()
-      ranks.append(1 + above + tied / 2)
-  return float(np.mean(1 / np.asarray(ranks)))
-
-
 def test_blps_exported_encoder_and_relation_table_reproduce_its_test_mrr_in_numpy(blp_run, kg_data, tmp_path):
-  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
   from sentence_transformers import SentenceTransformer  # pylint: disable=g-import-not-at-top
-  kg_dir, _ = kg_data
-  directory = docent_jax.load(blp_run).save_pretrained(tmp_path / "blp")
-  with open(directory / "entity_ids.tsv", encoding="utf-8", newline="") as file:
-    rows = list(csv.DictReader(file, delimiter="\t"))
-  entity_row = {row["id"]: i for i, row in enumerate(rows)}
-  relation_names = json.loads((directory / "relations.json").read_text())
-  assert relation_names["scoring"] == "transe"
-  relation_row = {name: i for i, name in enumerate(relation_names["relation_ids"])}
-  relations = load_file(str(directory / "relations.safetensors"))["relations"]
-  # The entities' vectors as the exported encoder gives them, and as saved beside it.
-  encoded = SentenceTransformer(str(directory), device="cpu").encode([row["text"] for row in rows])
-  saved = load_file(str(directory / "entities.safetensors"))["vectors"]
+  kg_dir, tfds_dir = kg_data
+  directory = pathlib.Path(str(docent_jax.load(blp_run).save_pretrained(tmp_path / "blp")))
+  _, texts, saved, relations, _ = export_link_prediction.export_tables(directory)
+  assert relations["scoring"] == "transe"
+  # The entities' vectors as the exported encoder gives them are those saved beside it.
+  encoded = SentenceTransformer(str(directory), device="cpu").encode(texts)
   assert np.min(_cosines(encoded, saved)) >= 0.99999
-  known = np.concatenate([_triples(kg_dir / f"ind-{part}.tsv", entity_row, relation_row)
-                          for part in ("train", "dev", "test")])
-  test = _triples(kg_dir / "ind-test.tsv", entity_row, relation_row)
+  graph = knowledge_graph.load_knowledge_graph(str(kg_dir), data_dir=tfds_dir)
   results = json.loads((blp_run.parent / "results.json").read_text())
-  assert abs(_filtered_mrr(saved, relations, test, known) - results["blp_transe/test/mrr"]) <= 1e-4
+  mrr = export_link_prediction.split_mrr(directory, graph, "test", encode=False)
+  assert abs(mrr - results["blp_transe/test/mrr"]) <= 1e-4
 
 
 def test_an_exported_directory_imports_as_it_was_and_fine_tunes(blp_run, kg_data, tmp_path):
