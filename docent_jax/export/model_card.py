@@ -13,6 +13,27 @@ _HUB_TAGS = {"sentence-transformers": ("sentence-transformers", "sentence-simila
              "huggingface": ("transformers", "feature-extraction"),
              "onnx": ("onnx", "feature-extraction"),
              "projector": ("tensorboard", "feature-extraction")}
+# How each kind of directory is used, from its own path or Hub name (MODEL).
+_USAGE = {
+    "sentence-transformers": ['from sentence_transformers import SentenceTransformer',
+                              'model = SentenceTransformer("MODEL")',
+                              'vectors = model.encode(["a text", "another text"])',
+                              'scores = model.similarity(vectors, vectors)'],
+    "cross-encoder": ['from sentence_transformers import CrossEncoder',
+                      'probabilities = CrossEncoder("MODEL").predict([("left offer", "right offer")])'],
+    "huggingface": ['from transformers import AutoModel, AutoTokenizer',
+                    'tokenizer, model = AutoTokenizer.from_pretrained("MODEL"), AutoModel.from_pretrained("MODEL")',
+                    'states = model(**tokenizer(["a text"], truncation=True, return_tensors="pt")).last_hidden_state'],
+    "onnx": ['import numpy as np, onnxruntime',
+             'from transformers import AutoTokenizer',
+             'tokenizer = AutoTokenizer.from_pretrained("MODEL")',
+             'session = onnxruntime.InferenceSession("MODEL/model.onnx")',
+             'batch = tokenizer(["a text"], truncation=True, padding=True, return_tensors="np", '
+             'return_token_type_ids=True)',
+             'outputs = session.run(None, {k: batch[k].astype(np.int64) for k in '
+             '("input_ids", "attention_mask", "token_type_ids")})[0]'],
+    "projector": ['# tensorboard --logdir MODEL, then the Projector tab.'],
+}
 # The base models the package ships (its `MODEL_ALIASES`): their Hub names and licences.
 _BASE_MODELS = {"minilm-l6": ("sentence-transformers/all-MiniLM-L6-v2", "apache-2.0")}
 
@@ -71,7 +92,7 @@ def model_card(model: Any, kind: str, dim: int | None, notes: list[str]) -> str:
            *(f"- {note}" for note in notes)]
   if dim:
     lines.append(f"- Vectors: {dim} dimensions; texts longer than {config.data.max_len} tokens are truncated.")
-  lines += ["", "## Results", ""]
+  lines += ["", "## Usage", "", "```python", *_USAGE[kind], "```", "", "## Results", ""]
   if results:
     lines += ["| metric | value |", "|---|---|", *(f"| {key} | {value:.6g} |" for key, value in sorted(results.items()))]
   else:
