@@ -21,6 +21,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top,g-bad-import-order
 from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+import bench_export  # pylint: disable=g-import-not-at-top  # A tool beside this one.
 from docent_jax import run_dir as run_dirs  # pylint: disable=g-import-not-at-top
 from docent_jax.data.kg import graph as knowledge_graph  # pylint: disable=g-import-not-at-top
 
@@ -100,6 +101,7 @@ def main() -> None:
   parser.add_argument("--split", default="test", choices=("validation", "test"))
   parser.add_argument("--saved_vectors", action="store_true", help="Use entities.safetensors instead of encoding "
                       "the entity texts with the exported encoder.")
+  parser.add_argument("--output", type=pathlib.Path, help="Write the JSON here too.")
   args = parser.parse_args()
   run = run_dirs.RunDir(args.run)
   data = run.recorded_config().data
@@ -107,9 +109,13 @@ def main() -> None:
                                                setting=data.get("setting", "inductive"))
   mrr = split_mrr(args.export, graph, args.split, encode=not args.saved_vectors)
   reported = run.workdir.read_results().get(f"{run.name}/{args.split}/mrr")
-  print(json.dumps({"export": str(args.export), "run": str(run), "split": args.split,
-                    "entities": "saved" if args.saved_vectors else "encoded", "numpy_mrr": mrr,
-                    "reported_mrr": reported, "difference": None if reported is None else mrr - reported}, indent=2))
+  text = json.dumps({"command": "python " + " ".join(sys.argv), "cpu": bench_export.cpu_name(),
+                     "export": str(args.export), "run": args.run, "split": args.split,
+                     "entities": "saved" if args.saved_vectors else "encoded", "numpy_mrr": mrr,
+                     "reported_mrr": reported, "difference": None if reported is None else mrr - reported}, indent=2)
+  print(text)
+  if args.output:
+    args.output.write_text(text + "\n")
 
 
 if __name__ == "__main__":
