@@ -24,9 +24,10 @@ $(VENV)/.installed: setup.py
 run: install
 	$(PY) -m docent_jax.main --config=configs/default.py --workdir=$(WORKDIR) $(ARGS)
 
-# One worker per core; each takes whole modules, the slowest first (tests/conftest.py).
+# One worker per core; each takes whole modules, the slowest first (tests/conftest.py); the 15 slowest tests close
+# the report, so that the trend stays visible.
 test: install
-	$(PY) -m pytest -q -n auto --no-loadscope-reorder tests
+	$(PY) -m pytest -q -n auto --no-loadscope-reorder --durations=15 tests
 
 # Benchmarks compare against PyTorch (the test extra's), which is never a dependency of the package itself.
 bench: install

@@ -10,6 +10,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+from docent_jax import compilation_cache  # pylint: disable=g-import-not-at-top
 from docent_jax import cpu_flags  # pylint: disable=g-import-not-at-top
 from docent_jax import host_memory  # pylint: disable=g-import-not-at-top
 
@@ -18,6 +19,7 @@ from docent_jax import host_memory  # pylint: disable=g-import-not-at-top
 cpu_flags.only_cpu()
 cpu_flags.apply()
 host_memory.reuse_freed_memory()
+compilation_cache.enable()
 
 
 def load(path: Any) -> Any:

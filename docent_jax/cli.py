@@ -42,12 +42,9 @@ class Terminated(BaseException):
   that no `except Exception` takes it for a fault of its own)."""
 
 
-_PROGRESS_NOTES = "Setting work unit notes: "  # How CLU's local platform logs `ReportProgress`.
-
-
 class ProjectInfoFilter(python_logging.Filter):
-  """Passes warnings and errors from anywhere, INFO and below only from this package's own modules and CLU's
-  progress notes (steps/s, ETA and the share of evaluation, `trainer`'s `ReportProgress`); of Orbax, errors only.
+  """Passes warnings and errors from anywhere, INFO and below only from this package's own modules (the trainer's
+  progress line carries what CLU's work-unit notes say); of Orbax, errors only.
 
   Orbax warns of its own housekeeping (a metadata file it does without, a save it waited for) on every load and
   save; what matters of a checkpoint reaches the user as this project's own line. Orbax's background save
@@ -59,8 +56,7 @@ class ProjectInfoFilter(python_logging.Filter):
     if "orbax" in record.pathname:
       return (record.levelno >= python_logging.ERROR and "thread" not in record.getMessage()
               and "background" not in record.getMessage())
-    return (record.levelno >= python_logging.WARNING or record.pathname.startswith(_PACKAGE_DIR)
-            or record.getMessage().startswith(_PROGRESS_NOTES))
+    return record.levelno >= python_logging.WARNING or record.pathname.startswith(_PACKAGE_DIR)
 
 
 def _raise_terminated(number: int, frame: Any) -> None:

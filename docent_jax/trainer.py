@@ -8,6 +8,7 @@ params (the best, else the last). Which runs a config has, and results.json, are
 import collections
 import contextlib
 import signal
+import time
 from typing import TYPE_CHECKING, Any, Iterator
 
 from absl import logging
@@ -122,6 +123,43 @@ def inherit_params(params: Any, parent_params: Any, encoder_path: tuple[str, ...
 HEADLINE_METRICS = ("mrr", "hits@10", "search_mrr", "classification_accuracy", "accuracy", "f1", "auc", "map",
                     "top1", "spearman", "ndcg@10")
 _PROGRESS_SECONDS = 30.0  # Steps/s, ETA and a step's loss reach the log (and steps/s TensorBoard) this often.
+
+
+def _duration(seconds: float) -> str:
+  """'1h13m', '6m', '45s' (rounded down)."""
+  if not np.isfinite(seconds):
+    return "unknown"
+  minutes, hours = int(seconds) // 60, int(seconds) // 3600
+  return f"{hours}h{minutes % 60:02d}m" if hours else f"{minutes}m" if minutes else f"{int(seconds)}s"
+
+
+class _ConsoleProgress:
+  """One console line per progress report: the step, its loss, the steps/s since the last report, the ETA at that
+  rate, and the share of the time spent evaluating so far."""
+
+  def __init__(self, name: str, start: int, num_steps: int):
+    self.name, self.num_steps = name, num_steps
+    self.started = self.reported_time = time.monotonic()
+    self.reported_step = start
+    self.evaluation_seconds = 0.0
+
+  @contextlib.contextmanager
+  def evaluating(self) -> Iterator[None]:
+    began = time.monotonic()
+    try:
+      yield
+    finally:
+      self.evaluation_seconds += time.monotonic() - began
+
+  def line(self, step: int, loss: float) -> str:
+    now = time.monotonic()
+    rate = (step - self.reported_step) / max(now - self.reported_time, 1e-9)
+    self.reported_step, self.reported_time = step, now
+    eta = (self.num_steps - step) / rate if rate > 0 else float("inf")
+    evaluation = (f", {100 * self.evaluation_seconds / (now - self.started):.0f}% of the time evaluating"
+                  if self.evaluation_seconds else "")
+    return (f"{self.name} step {step}/{self.num_steps}: loss {loss:.4f}, {rate:.2f} steps/s, "
+            f"ETA {_duration(eta)}{evaluation}")
 
 
 def is_headline(key: str) -> bool:
@@ -276,10 +314,11 @@ class Trainer:
                    config.name, start, ", ".join(spec.name for spec in owed))
       last_metrics = self._evaluate_periodic(start, state, owed, writer, best, log)
     logging.info("%s: training from step %d to %d on mesh %s.", config.name, start, num_steps, dict(self.mesh.shape))
-    # CLU: steps/s to TensorBoard, and steps/s, ETA and the time share of evaluation to the log.
+    # CLU: when to report, and steps/s to TensorBoard; the console gets one line per report (`_ConsoleProgress`).
     from clu import periodic_actions  # pylint: disable=g-import-not-at-top  # TensorFlow too: see `_writer`.
     progress = periodic_actions.ReportProgress(num_train_steps=num_steps, writer=writer, every_secs=_PROGRESS_SECONDS)
     progress(start)  # Measures from here.
+    console = _ConsoleProgress(config.name, start, num_steps)
     previous_metrics = None
     with _termination_notice() as terminated:
       for step in range(start + 1, num_steps + 1):
@@ -304,7 +343,7 @@ class Trainer:
           if step % config.train.log_every_steps == 0 or step == num_steps:
             writer.write_scalars(step, metrics)
         if progress(step):
-          logging.info("%s step %d/%d: loss %.4f", config.name, step, num_steps, float(jax.device_get(metrics["loss"])))
+          logging.info("%s", console.line(step, float(jax.device_get(metrics["loss"]))))
         checkpointer.save(step, state, batches, force=step == num_steps or stopping)
         if stopping:
           checkpointer.wait_until_finished()
@@ -316,7 +355,7 @@ class Trainer:
         due = [spec for spec in periodic if spec.due(step, num_steps)]
         if due:
           checkpointer.wait_until_finished()
-          with progress.timed("evaluation", wait_jax_async_dispatch=False):
+          with progress.timed("evaluation", wait_jax_async_dispatch=False), console.evaluating():
             last_metrics = self._evaluate_periodic(step, state, due, writer, best, log)
     if latest is None and num_steps == 0:
       # Nothing to train: the initial state still serves --mode=evaluate and later stages.

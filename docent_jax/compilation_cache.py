@@ -1,0 +1,72 @@
+"""JAX's persistent compilation cache, on by default: a run, a tool or a test that compiled a function before loads
+it from disk instead of compiling it again.
+
+Set up when the package is imported, before JAX exists in the process (JAX reads these settings from the
+environment when it is imported, and child processes inherit them); where JAX was imported first, the same
+settings go through `jax.config`. The cache lives in a per-user directory, one per CPU kind: JAX's cache key names
+the platform ("cpu") but not the instruction set a CPU executable was compiled for, and a cache that moves to
+another machine (a home directory shared between hosts, a machine kept between sessions) must never hand an
+AVX-512 executable to a CPU without it.
+
+DOCENT_JAX_COMPILATION_CACHE moves it (a directory, local or gs://, e.g. one bucket for the hosts of a TPU pod) or,
+set to "off", turns it off. Several processes may share one cache (pytest-xdist workers, a pod's hosts): JAX writes
+each entry to a file of its own name, whole. It is capped at `MAX_BYTES`, the least recently used entries going
+first; clearing it is removing its directory (`cache_dir()` names it).
+"""
+from collections.abc import MutableMapping
+import hashlib
+import os
+import pathlib
+import platform
+import sys
+
+from docent_jax import cpu_flags
+
+OVERRIDE_VARIABLE = "DOCENT_JAX_COMPILATION_CACHE"
+OFF = "off"
+MAX_BYTES = 4 << 30
+# Compiles faster than this are not written: below it, reading an entry back costs about what compiling does.
+MIN_COMPILE_SECONDS = 0.2
+
+
+def _machine_kind(cpu: cpu_flags.Cpu) -> str:
+  """The architecture, and a digest of the CPU's vendor and instruction-set features."""
+  digest = hashlib.blake2b(f"{cpu.vendor}:{' '.join(sorted(cpu.features))}".encode(), digest_size=6).hexdigest()
+  return f"{platform.machine() or 'unknown'}-{digest}"
+
+
+def cache_dir(environ: MutableMapping[str, str] | None = None, cpu: cpu_flags.Cpu | None = None) -> str | None:
+  """The cache's directory for this CPU, or None when DOCENT_JAX_COMPILATION_CACHE is "off"."""
+  environ = os.environ if environ is None else environ
+  chosen = environ.get(OVERRIDE_VARIABLE, "").strip()
+  if chosen.lower() == OFF:
+    return None
+  base = chosen or os.path.join(environ.get("XDG_CACHE_HOME") or os.path.join(pathlib.Path.home(), ".cache"),
+                                "docent_jax", "jax_compilation")
+  return f"{base.rstrip('/')}/{_machine_kind(cpu or cpu_flags.read_cpu())}"
+
+
+def _settings(directory: str) -> dict[str, str | float | int]:
+  """JAX's settings of the cache by config name (`JAX_<NAME>` in the environment)."""
+  return {"jax_compilation_cache_dir": directory,
+          "jax_persistent_cache_min_compile_time_secs": MIN_COMPILE_SECONDS,
+          "jax_persistent_cache_min_entry_size_bytes": -1,  # Every size: a local disk and a bucket alike.
+          "jax_compilation_cache_max_size": MAX_BYTES}
+
+
+def enable(environ: MutableMapping[str, str] | None = None) -> str | None:
+  """Turns the cache on and returns its directory (None when it is off). A setting of JAX's own already in the
+  environment (JAX_COMPILATION_CACHE_DIR, ...) wins over this module's."""
+  environ = os.environ if environ is None else environ
+  directory = cache_dir(environ)
+  if directory is None:
+    environ.pop("JAX_COMPILATION_CACHE_DIR", None)
+    return None
+  settings = _settings(directory)
+  for name, value in settings.items():
+    environ.setdefault(name.upper(), str(value))
+  if "jax" in sys.modules and environ is os.environ:  # Imported before this package: its config is read already.
+    import jax  # pylint: disable=g-import-not-at-top
+    for name, value in settings.items():
+      jax.config.update(name, type(value)(environ[name.upper()]))
+  return environ["JAX_COMPILATION_CACHE_DIR"]
