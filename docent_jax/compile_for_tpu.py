@@ -21,8 +21,9 @@ step runs faster), and its collectives; for the training step also `projected_se
 `train.num_steps` times that bound) and, when it does not fit (or with --search_batch), the largest global batch
 that fits, found by bisection over compiles. Exit 0 when everything fits; 1 with one line per misfit.
 """
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 import collections
+import contextlib
 import dataclasses
 import json
 import math
@@ -37,6 +38,7 @@ from absl import flags
 from absl import logging
 import jax
 from jax.experimental import topologies
+from jax.experimental.compilation_cache import compilation_cache
 import jax.numpy as jnp
 from ml_collections import config_flags
 import ml_collections
@@ -163,11 +165,28 @@ def analyse(compiled: Any, chip: Chip) -> dict[str, Any]:
 _OUT_OF_MEMORY = re.compile(r"RESOURCE_EXHAUSTED: Ran out of memory.*?\(([\d.]+)([KMGT])\) exceeds available")
 
 
-def compiled_report(compile_fn: Callable[[], Any], chip: Chip) -> dict[str, Any]:
-  """`analyse` of `compile_fn()`; a program that the TPU compiler refuses for memory does not fit, and needs at
-  least the temporaries it names."""
+@contextlib.contextmanager
+def _without_compilation_cache() -> Iterator[None]:
+  """JAX's persistent cache off for what compiles inside: an executable compiled for compile-only TPU devices
+  cannot be read back from it ('PjRtCompiler must be constructed with a Client'), so writing it would only fill
+  the cache. JAX decides once per process whether the cache is used; resetting it makes it decide again."""
+  enabled = jax.config.jax_enable_compilation_cache
+  compilation_cache.reset_cache()
+  jax.config.update("jax_enable_compilation_cache", False)
   try:
-    return analyse(compile_fn(), chip)
+    yield
+  finally:
+    jax.config.update("jax_enable_compilation_cache", enabled)
+    compilation_cache.reset_cache()
+
+
+def compiled_report(compile_fn: Callable[[], Any], chip: Chip) -> dict[str, Any]:
+  """`analyse` of `compile_fn()`, compiled afresh; a program that the TPU compiler refuses for memory does not fit,
+  and needs at least the temporaries it names."""
+  try:
+    with _without_compilation_cache():
+      compiled = compile_fn()
+    return analyse(compiled, chip)
   except jax.errors.JaxRuntimeError as error:
     found = _OUT_OF_MEMORY.search(str(error))
     if not found:
@@ -219,6 +238,7 @@ def build_objective(config: ml_collections.ConfigDict, devices: list[Any],
   return methods.objective_class(config.objective).from_shapes(config, mesh, shapes)
 
 
+@_without_compilation_cache()
 def compile_train_step(config: ml_collections.ConfigDict, objective: objective_base.Objective,
                        global_batch_size: int) -> Any:
   """The trainer's own jitted step for one global batch size, compiled for the objective's mesh."""
@@ -234,6 +254,7 @@ def compile_train_step(config: ml_collections.ConfigDict, objective: objective_b
   return step.lower(state, batch).compile()
 
 
+@_without_compilation_cache()
 def compile_encode(objective: objective_base.Objective, params: Any, batch_size: int) -> Any:
   """One evaluation batch of texts encoded, as `parallel.map_batches` runs it: params as training keeps them,
   texts split over the data axis, vectors replicated."""
@@ -243,6 +264,7 @@ def compile_encode(objective: objective_base.Objective, params: Any, batch_size:
   return jax.jit(objective.model().encode_tokens, out_shardings=parallel.replicated(mesh)).lower(params, tokens).compile()
 
 
+@_without_compilation_cache()
 def compile_search(mesh: Any, num_entities: int, dim: int, k: int = 10) -> Any:
   """Exact top-k search (`inference.search.ExactSearch`) of a query batch over `num_entities` vectors split by
   rows over every device."""

@@ -191,3 +191,26 @@ def test_fsdp_splits_params_and_adams_moments_over_the_data_axis_on_a_v4_8():
   # Params, gradients and moments held once over the 4 chips instead of on each (the batch and step counts stay).
   assert steps[True]["argument_bytes"] < steps[False]["argument_bytes"] / 2
   assert steps[True]["fits"] and "all-gather" in {c["op"] for c in steps[True]["collectives"]}
+
+
+def test_tpu_compiles_bypass_the_persistent_cache_which_stays_on_for_the_rest(tmp_path):
+  """A compile-only TPU executable cannot be read back from JAX's persistent cache; the tool neither writes nor
+  looks it up there, and the cache works as before for what compiles after it."""
+  from jax.experimental.compilation_cache import compilation_cache  # pylint: disable=g-import-not-at-top
+  kept = {name: getattr(jax.config, name) for name in ("jax_compilation_cache_dir",
+                                                        "jax_persistent_cache_min_compile_time_secs")}
+  compilation_cache.reset_cache()
+  jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  try:
+    chip, devices = compile_for_tpu.topology_devices("v5e:2x2")
+    mesh = jax.sharding.Mesh(devices, ("data",))
+    report = compile_for_tpu.analyse(compile_for_tpu.compile_search(mesh, 64, 8), chip)
+    assert report["hbm_bytes_per_device"] > 0 and report["flops"] > 0
+    assert not list(tmp_path.iterdir())
+    jax.jit(lambda x: x * 3 + 1)(jax.numpy.arange(7.0)).block_until_ready()  # On the CPU: cached.
+    assert any(path.name.endswith("-cache") for path in tmp_path.iterdir())
+  finally:
+    for name, value in kept.items():
+      jax.config.update(name, value)
+    compilation_cache.reset_cache()
