@@ -326,6 +326,10 @@ class Trainer:
         if train_step is None:
           train_step = self.compile_train_step(state, jax.tree.map(lambda x: x.sharding, batch))
         state, metrics = train_step(state, batch)
+        if step == start + 1:  # What compiling costs a run (nothing much where the compilation cache holds it).
+          jax.block_until_ready(metrics)
+          logging.info("%s: step %d done %.1f s after training started, compiling it included.", config.name, step,
+                       time.monotonic() - console.started)
         # JAX dispatches steps ahead of the devices; one step in flight keeps the devices busy, while more would
         # let `progress` count dispatched steps as done (its steps/s and ETA) and queue batches without bound.
         jax.block_until_ready(previous_metrics)

@@ -63,8 +63,6 @@ class BlpObjective(base.Objective):
                    len(self.graph.triples["train"]))
     self.loss_fn = losses.get_link_prediction_loss(config.loss.name)
     _, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
-    logging.info("%s: %d entities, %d relations, triples %s.", self.graph.name, self.graph.num_entities,
-                 self.graph.num_relations, {k: len(v) for k, v in self.graph.triples.items()})
 
   @property
   def module(self) -> blp_model.BlpModel:
