@@ -10,9 +10,9 @@ import tiny_training
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8",
                                     tiny_training.FAST_COMPILE_XLA_FLAGS]).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# The suite compiles afresh unless DOCENT_JAX_COMPILATION_CACHE names a cache: in one run over a warm cache a
-# worker aborted (SIGABRT, cause not yet found), so the cache stays out of the suite until that is understood. The
-# cache's own tests set theirs explicitly.
+# The suite compiles afresh unless DOCENT_JAX_COMPILATION_CACHE names a cache: over a warm cache, workers met an
+# XLA:CPU collective that hangs on the 8 forced devices until XLA aborts the process (docs/scaling.md, "The cache and
+# the test suite"). The cache's own tests set theirs explicitly.
 os.environ.setdefault("DOCENT_JAX_COMPILATION_CACHE", "off")
 
 from etils import epath
