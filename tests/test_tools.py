@@ -1,6 +1,7 @@
 """Every script under tools/ imports beside the others in one process, as pytest imports them, and lets the
 package choose JAX's platform before JAX starts."""
 import ast
+import json
 import pathlib
 import subprocess
 import sys
@@ -46,3 +47,14 @@ def test_every_tool_lets_the_package_choose_the_platform_before_importing_jax():
     if chosen is None or chosen > jax_import:
       late.append(f"{path.name}:{jax_import}")
   assert not late, late
+
+
+def test_the_collective_hang_tool_times_steps_that_finish():
+  # A few sharded steps with few in flight finish (docs/scaling.md); a broken tool would say "hung" or fail.
+  completed = subprocess.run([sys.executable, str(TOOLS / "cpu_collective_hang.py"), "--in_flight=1,2", "--steps=3",
+                              "--devices=2"], capture_output=True, text=True, check=False)
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  report = json.loads(completed.stdout.splitlines()[-1])
+  assert report["devices"] == 2 and report["steps"] == 3
+  assert all(isinstance(seconds, float) and seconds > 0 for seconds in report["seconds_or_hung_by_in_flight"].values())
+  assert set(report["seconds_or_hung_by_in_flight"]) == {"1", "2"}

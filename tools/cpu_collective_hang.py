@@ -11,6 +11,7 @@ seconds the steps took, or "hung" with the child's exit status.
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -60,11 +61,15 @@ def main() -> None:
     command = [sys.executable, __file__, f"--child={in_flight}", f"--steps={args.steps}"]
     try:
       child = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.timeout, check=False)
-      lines = child.stdout.strip().splitlines()
-      results[in_flight] = (round(float(lines[-1]), 3) if child.returncode == 0 and lines
-                            else f"hung (exit status {child.returncode})")
     except subprocess.TimeoutExpired:
       results[in_flight] = f"hung (no exit within {args.timeout:.0f} s)"
+      continue
+    if child.returncode == 0:
+      results[in_flight] = round(float(child.stdout.split()[-1]), 3)
+    elif child.returncode == -signal.SIGABRT:  # XLA's end of a rendezvous past its time limit.
+      results[in_flight] = f"hung (exit status {child.returncode})"
+    else:  # Anything else is no answer to the question: say so, with the child's last words.
+      raise RuntimeError(f"{' '.join(command)} failed ({child.returncode}): {child.stderr[-2000:]}")
   print(json.dumps({"devices": args.devices, "steps": args.steps, "seconds_or_hung_by_in_flight": results}))
 
 
