@@ -18,6 +18,7 @@ from docent_jax import host_memory  # pylint: disable=g-import-not-at-top
 # point (main, the tests, the tools, a notebook) imports this package first.
 cpu_flags.only_cpu()
 cpu_flags.apply()
+cpu_flags.size_thread_pool()
 host_memory.reuse_freed_memory()
 compilation_cache.enable()
 

@@ -10,8 +10,13 @@ AVX-512 executable to a CPU without it.
 
 DOCENT_JAX_COMPILATION_CACHE moves it (a directory, local or gs://, e.g. one bucket for the hosts of a TPU pod) or,
 set to "off", turns it off. Several processes may share one cache (pytest-xdist workers, a pod's hosts): JAX writes
-each entry to a file of its own name, whole. It is capped at `MAX_BYTES`, the least recently used entries going
-first; clearing it is removing its directory (`cache_dir()` names it).
+each entry to a file of its own name. A local cache is capped at `MAX_BYTES` when a process starts, the least
+recently used entries going first (a bucket's own lifecycle rules cap a gs:// one); clearing it is removing its
+directory (`cache_dir()` names it).
+
+JAX's own cap (jax_compilation_cache_max_size) stays off: it lists and reads every entry's access time under a file
+lock before each write, which made the test suite's cold run slower than no cache at all, and an entry whose access
+time a killed process never wrote failed every later write.
 """
 from collections.abc import MutableMapping
 import hashlib
@@ -51,7 +56,34 @@ def _settings(directory: str) -> dict[str, str | float | int]:
   return {"jax_compilation_cache_dir": directory,
           "jax_persistent_cache_min_compile_time_secs": MIN_COMPILE_SECONDS,
           "jax_persistent_cache_min_entry_size_bytes": -1,  # Every size: a local disk and a bucket alike.
-          "jax_compilation_cache_max_size": MAX_BYTES}
+          "jax_compilation_cache_max_size": -1}  # Capped by `trim`, not per write.
+
+
+def trim(directory: str, max_bytes: int = MAX_BYTES) -> list[str]:
+  """Removes the least recently used entries of a local cache until it holds at most `max_bytes`; returns their
+  names. Last use: the later of a file's access time (as the file system keeps it) and its write time."""
+  if "://" in directory or not os.path.isdir(directory):
+    return []
+  entries = []
+  with os.scandir(directory) as files:
+    for entry in files:
+      try:
+        stat = entry.stat()
+      except FileNotFoundError:  # Removed by another process meanwhile.
+        continue
+      if entry.is_file():
+        entries.append((max(stat.st_atime, stat.st_mtime), stat.st_size, entry.name))
+  total, removed = sum(size for _, size, _ in entries), []
+  for _, size, name in sorted(entries):
+    if total <= max_bytes:
+      break
+    try:
+      os.remove(os.path.join(directory, name))
+    except FileNotFoundError:
+      pass
+    total -= size
+    removed.append(name)
+  return removed
 
 
 def enable(environ: MutableMapping[str, str] | None = None) -> str | None:
@@ -65,6 +97,8 @@ def enable(environ: MutableMapping[str, str] | None = None) -> str | None:
   settings = _settings(directory)
   for name, value in settings.items():
     environ.setdefault(name.upper(), str(value))
+  if environ["JAX_COMPILATION_CACHE_DIR"] == directory:  # A directory of the user's own JAX setting is theirs.
+    trim(directory)
   if "jax" in sys.modules and environ is os.environ:  # Imported before this package: its config is read already.
     import jax  # pylint: disable=g-import-not-at-top
     for name, value in settings.items():

@@ -6,13 +6,22 @@ which reads XLA_FLAGS once per process. The choice per family comes from `tools/
 
 A user overrides the choice with DOCENT_JAX_CPU_FLAGS (a flag list, or "none"), and any flag already in
 XLA_FLAGS wins over the chosen value of the same flag.
+
+`size_thread_pool()` gives XLA's CPU thread pool enough threads for several devices forced onto one CPU.
 """
 from collections.abc import Callable, MutableMapping
 import dataclasses
 import os
 import pathlib
+import re
 
 OVERRIDE_VARIABLE = "DOCENT_JAX_CPU_FLAGS"
+# XLA's CPU client sizes its thread pool from these (the first set), else from the cores it may use.
+THREAD_POOL_VARIABLES = ("PJRT_NPROC", "NPROC")
+# With fewer threads per forced device, sharded steps queued by async dispatch deadlock in a collective's
+# rendezvous: 8 devices on 2 cores hang at 15 threads and run at 16, 2 devices at 3 and 4
+# (tools/cpu_collective_hang.py, docs/scaling.md "The cache and the test suite").
+THREADS_PER_FORCED_DEVICE = 2
 
 # Family -> flags, measured by tools/bench_encoder.py --compare (docs/scaling.md#cpu-flags). Empty: on amd-avx512
 # no flag set beat the default beyond the noise, nor did YNNPACK's dot fusion on intel-amx; intel-avx512 is not
@@ -85,6 +94,29 @@ def apply(cpu: Cpu | None = None, environ: MutableMapping[str, str] | None = Non
   if added:
     environ["XLA_FLAGS"] = " ".join([environ.get("XLA_FLAGS", ""), *added]).strip()
   return added
+
+
+def forced_device_count(environ: MutableMapping[str, str] | None = None) -> int:
+  """The CPU devices JAX will make: XLA_FLAGS' --xla_force_host_platform_device_count or JAX_NUM_CPU_DEVICES
+  (the larger), else 1."""
+  environ = os.environ if environ is None else environ
+  counts = [int(n) for n in re.findall(r"--xla_force_host_platform_device_count=(\d+)", environ.get("XLA_FLAGS", ""))]
+  if environ.get("JAX_NUM_CPU_DEVICES", "").strip().lstrip("-").isdigit():
+    counts.append(int(environ["JAX_NUM_CPU_DEVICES"]))
+  return max([1, *counts])
+
+
+def size_thread_pool(environ: MutableMapping[str, str] | None = None, cores: int | None = None) -> int | None:
+  """Where several CPU devices are forced, sets PJRT_NPROC to `THREADS_PER_FORCED_DEVICE` threads per device (at
+  least the cores), unless PJRT_NPROC or NPROC is set already; returns the count set, or None. Must run before
+  JAX's CPU backend exists."""
+  environ = os.environ if environ is None else environ
+  devices = forced_device_count(environ)
+  if devices < 2 or any(name in environ for name in THREAD_POOL_VARIABLES):
+    return None
+  threads = max(THREADS_PER_FORCED_DEVICE * devices, cores or os.cpu_count() or 1)
+  environ[THREAD_POOL_VARIABLES[0]] = str(threads)
+  return threads
 
 
 # Device files of the accelerators JAX computes on: TPU VMs (/dev/accel* on v4 and v5p, /dev/vfio on v5e and

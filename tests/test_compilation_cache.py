@@ -1,5 +1,6 @@
 """JAX's persistent compilation cache: on by default, in a directory per CPU kind, moved or turned off by
 DOCENT_JAX_COMPILATION_CACHE, and used by a second process for what the first compiled."""
+import os
 import pathlib
 import subprocess
 import sys
@@ -28,7 +29,7 @@ def test_enable_sets_jaxs_settings_unless_jaxs_own_are_given():
   directory = compilation_cache.enable(environ)
   assert environ["JAX_COMPILATION_CACHE_DIR"] == directory and directory.startswith("/tmp/c/")
   assert environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"  # The user's own setting wins.
-  assert environ["JAX_COMPILATION_CACHE_MAX_SIZE"] == str(compilation_cache.MAX_BYTES)
+  assert environ["JAX_COMPILATION_CACHE_MAX_SIZE"] == "-1"  # JAX's per-write cap is off: `trim` caps it.
   off = {compilation_cache.OVERRIDE_VARIABLE: "off", "JAX_COMPILATION_CACHE_DIR": "/inherited"}
   assert compilation_cache.enable(off) is None and "JAX_COMPILATION_CACHE_DIR" not in off
 
@@ -55,3 +56,15 @@ def test_a_second_process_reads_what_the_first_compiled(tmp_path):
   assert f"directory: {tmp_path}/" in runs[0]
   hit = "Persistent compilation cache hit for 'jit_tanh_gram'"
   assert hit not in runs[0] and hit in runs[1], runs[1][-3000:]
+
+
+def test_trim_removes_the_least_recently_used_entries_down_to_the_cap(tmp_path):
+  for age, name in enumerate(["newest", "used_yesterday", "written_last_week", "oldest"]):
+    (tmp_path / name).write_bytes(b"x" * 100)
+    seconds = 1_000_000 - 86_400 * age
+    os.utime(tmp_path / name, (seconds, seconds))
+  os.utime(tmp_path / "written_last_week", (1_000_000 - 43_200, 1_000_000 - 7 * 86_400))  # Read 12 hours ago.
+  assert compilation_cache.trim(str(tmp_path), max_bytes=250) == ["oldest", "used_yesterday"]
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["newest", "written_last_week"]
+  assert compilation_cache.trim(str(tmp_path), max_bytes=250) == []
+  assert compilation_cache.trim("gs://bucket/cache", max_bytes=0) == []  # A bucket's lifecycle rules cap it.

@@ -75,3 +75,19 @@ def test_a_machine_without_accelerators_computes_on_the_cpu_without_probing_for_
   on_a_tpu_vm = {}
   cpu_flags.only_cpu(on_a_tpu_vm, exists=lambda path: path == "/dev/vfio")
   assert on_a_tpu_vm == {}
+
+
+@pytest.mark.parametrize("environ, cores, threads", [
+    ({"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}, 2, "16"),
+    ({"XLA_FLAGS": "--xla_a=1 --xla_force_host_platform_device_count=2"}, 2, "4"),
+    ({"JAX_NUM_CPU_DEVICES": "4"}, 2, "8"),
+    ({"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}, 64, "64"),  # Never fewer threads than cores.
+    ({"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "PJRT_NPROC": "3"}, 2, "3"),  # The user's wins.
+    ({"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "NPROC": "5"}, 2, None),
+    ({}, 2, None),  # One device: XLA's own pool.
+])
+def test_forced_devices_get_two_pool_threads_each_unless_the_pool_is_set(environ, cores, threads):
+  before = environ.get("PJRT_NPROC")
+  returned = cpu_flags.size_thread_pool(environ, cores=cores)
+  assert environ.get("PJRT_NPROC") == (threads or before)
+  assert returned == (int(threads) if threads and before is None else None)

@@ -49,12 +49,13 @@ def test_every_tool_lets_the_package_choose_the_platform_before_importing_jax():
   assert not late, late
 
 
-def test_the_collective_hang_tool_times_steps_that_finish():
-  # A few sharded steps with few in flight finish (docs/scaling.md); a broken tool would say "hung" or fail.
-  completed = subprocess.run([sys.executable, str(TOOLS / "cpu_collective_hang.py"), "--in_flight=1,2", "--steps=3",
-                              "--devices=2"], capture_output=True, text=True, check=False)
+def test_sharded_steps_queued_on_forced_devices_finish_on_the_thread_pool_docent_jax_sizes():
+  # 199 steps in flight over 8 forced devices deadlock on XLA's default pool of one thread per core (docs/scaling.md);
+  # with `cpu_flags.size_thread_pool`'s they finish, as does one step in flight.
+  completed = subprocess.run([sys.executable, str(TOOLS / "cpu_collective_hang.py"), "--in_flight=1,199",
+                              "--steps=100", "--devices=8", "--timeout=90"], capture_output=True, text=True, check=False)
   assert completed.returncode == 0, completed.stderr[-3000:]
   report = json.loads(completed.stdout.splitlines()[-1])
-  assert report["devices"] == 2 and report["steps"] == 3
+  assert report["devices"] == 8 and report["steps"] == 100 and report["threads"] == 16
+  assert set(report["seconds_or_hung_by_in_flight"]) == {"1", "199"}
   assert all(isinstance(seconds, float) and seconds > 0 for seconds in report["seconds_or_hung_by_in_flight"].values())
-  assert set(report["seconds_or_hung_by_in_flight"]) == {"1", "2"}

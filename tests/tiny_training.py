@@ -39,7 +39,9 @@ def shrink(config: ml_collections.ConfigDict, tfds_dir: pathlib.Path, *, max_len
 
 def subprocess_env(num_devices: int) -> dict[str, str]:
   """The environment of a child Python process on `num_devices` CPU devices, compiling quickly."""
-  env = dict(os.environ)
+  from docent_jax import cpu_flags  # pylint: disable=g-import-not-at-top  # conftest sets XLA_FLAGS first.
+  # The child sizes XLA's thread pool for its own device count.
+  env = {name: value for name, value in os.environ.items() if name not in cpu_flags.THREAD_POOL_VARIABLES}
   env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices} {FAST_COMPILE_XLA_FLAGS}"
   env["JAX_PLATFORMS"] = "cpu"
   return env

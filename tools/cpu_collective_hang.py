@@ -1,12 +1,14 @@
-"""Does XLA:CPU hang when many sharded steps are queued on forced host devices? (Why the test suite keeps the
-compilation cache off: docs/scaling.md, "The cache and the test suite".)
+"""Does XLA:CPU hang when many sharded steps are queued on forced host devices? It does when its thread pool has
+fewer than two threads per device, which `docent_jax.cpu_flags.size_thread_pool` prevents (docs/scaling.md, "The
+cache and the test suite").
 
 A jitted step with a gradient all-reduce over `--devices` forced host CPU devices runs `--steps` times, waiting for
-the step `--in_flight` steps back before dispatching the next. Each setting runs in a child process of its own: XLA
-ends a process whose collective rendezvous passes its time limit. Prints one JSON object: per in-flight count, the
-seconds the steps took, or "hung" with the child's exit status.
+the step `--in_flight` steps back before dispatching the next, on XLA's CPU thread pool of `--threads` threads
+(default: docent_jax's choice). Each setting runs in a child process of its own: XLA ends a process whose
+collective rendezvous passes its time limit. Prints one JSON object: per in-flight count, the seconds the steps
+took, or "hung" with the child's exit status.
 
-  python tools/cpu_collective_hang.py [--in_flight 1,8,30,199 --steps 200 --devices 8]
+  python tools/cpu_collective_hang.py [--in_flight 1,8,30,199 --steps 200 --devices 8 --threads 2]
 """
 import argparse
 import json
@@ -16,10 +18,14 @@ import subprocess
 import sys
 import time
 
+from docent_jax import cpu_flags
+
 _ARGS = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 _ARGS.add_argument("--in_flight", default="1,8,30,199", help="Steps allowed in flight, one child per value.")
 _ARGS.add_argument("--steps", type=int, default=200)
 _ARGS.add_argument("--devices", type=int, default=8, help="Forced host CPU devices the step is sharded over.")
+_ARGS.add_argument("--threads", type=int, default=0,
+                   help="XLA's CPU thread pool (PJRT_NPROC); 0: docent_jax's choice for the device count.")
 _ARGS.add_argument("--timeout", type=float, default=120.0, help="Seconds before a child counts as hung.")
 _ARGS.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
 
@@ -54,8 +60,13 @@ def main() -> None:
   if args.child:
     print(json.dumps(_run_steps(args.child, args.steps)))
     return
-  env = dict(os.environ, JAX_PLATFORMS="cpu", DOCENT_JAX_COMPILATION_CACHE="off",
+  env = {name: value for name, value in os.environ.items() if name not in cpu_flags.THREAD_POOL_VARIABLES}
+  env.update(JAX_PLATFORMS="cpu", DOCENT_JAX_COMPILATION_CACHE="off",
              XLA_FLAGS=f"--xla_force_host_platform_device_count={args.devices}")
+  if args.threads:
+    env[cpu_flags.THREAD_POOL_VARIABLES[0]] = str(args.threads)
+  else:
+    cpu_flags.size_thread_pool(env)
   results = {}
   for in_flight in (int(n) for n in args.in_flight.split(",")):
     command = [sys.executable, __file__, f"--child={in_flight}", f"--steps={args.steps}"]
@@ -70,7 +81,8 @@ def main() -> None:
       results[in_flight] = f"hung (exit status {child.returncode})"
     else:  # Anything else is no answer to the question: say so, with the child's last words.
       raise RuntimeError(f"{' '.join(command)} failed ({child.returncode}): {child.stderr[-2000:]}")
-  print(json.dumps({"devices": args.devices, "steps": args.steps, "seconds_or_hung_by_in_flight": results}))
+  print(json.dumps({"devices": args.devices, "threads": int(env.get(cpu_flags.THREAD_POOL_VARIABLES[0], 0)) or None,
+                    "steps": args.steps, "seconds_or_hung_by_in_flight": results}))
 
 
 if __name__ == "__main__":
