@@ -25,10 +25,13 @@ def test_the_cache_is_per_user_and_per_cpu_kind_and_can_move_or_be_off():
 
 
 def test_enable_sets_jaxs_settings_unless_jaxs_own_are_given():
-  environ = {compilation_cache.OVERRIDE_VARIABLE: "/tmp/c", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+  environ = {compilation_cache.OVERRIDE_VARIABLE: "/tmp/c", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "1.5"}
   directory = compilation_cache.enable(environ)
   assert environ["JAX_COMPILATION_CACHE_DIR"] == directory and directory.startswith("/tmp/c/")
-  assert environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"  # The user's own setting wins.
+  assert environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "1.5"  # The user's own setting wins.
+  default = {compilation_cache.OVERRIDE_VARIABLE: "/tmp/c"}
+  compilation_cache.enable(default)
+  assert default["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0.0"  # Every compile is written.
   assert environ["JAX_COMPILATION_CACHE_MAX_SIZE"] == "-1"  # JAX's per-write cap is off: `trim` caps it.
   off = {compilation_cache.OVERRIDE_VARIABLE: "off", "JAX_COMPILATION_CACHE_DIR": "/inherited"}
   assert compilation_cache.enable(off) is None and "JAX_COMPILATION_CACHE_DIR" not in off
