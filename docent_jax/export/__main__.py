@@ -28,6 +28,7 @@ FLAGS = flags.FLAGS
 def export_run(run_path: str, output: str, format: str = "sentence-transformers",  # pylint: disable=redefined-builtin
                overwrite: bool = False, allow_unfinished: bool = False) -> None:
   """Writes the model of the run at `run_path` to `output` (see `writer.save_pretrained`)."""
+  writer.checked_target(output, format, overwrite)
   run = run_dirs.RunDir(run_path)
   try:
     config, _ = inference_model.read_run(run)

@@ -200,12 +200,19 @@ def save_pretrained(model: Any, directory: str | os.PathLike, format: str = "sen
   """Writes `model` (an `inference.protocol.Model` over params, e.g. `docent_jax.load(run)`) to `directory` in
   `format` (one of `FORMATS`), whole or not at all; an existing non-empty `directory` is replaced only with
   `overwrite`. Returns the directory."""
+  target = checked_target(directory, format, overwrite)
+  _write_whole(target, lambda path: _write_format(model, format, path))
+  return target
+
+
+def checked_target(directory: str | os.PathLike, format: str, overwrite: bool) -> epath.Path:  # pylint: disable=redefined-builtin
+  """`directory` as a path, once `format` is known and `directory` is free (missing, empty, or `overwrite`): checked
+  before a model is loaded, so that a bad choice is one line at once."""
   if format not in FORMATS:
     raise ExportError(f"Unknown export format {format!r}; valid: {', '.join(FORMATS)}.")
   target = outputs.as_path(directory)
   if target.exists() and (not target.is_dir() or any(target.iterdir())) and not overwrite:
     raise ExportError(f"{target} exists and is not empty; choose another --output or pass --overwrite.")
-  _write_whole(target, lambda path: _write_format(model, format, path))
   return target
 
 
