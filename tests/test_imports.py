@@ -1,5 +1,6 @@
 """The import graph of the package: no cycles, and evaluation/ imports no trainer, objective or data loader."""
 import ast
+import json
 import pathlib
 import subprocess
 import sys
@@ -82,3 +83,26 @@ def test_the_command_line_imports_no_tensorflow_until_a_run_writes_summaries():
   result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           cwd=PACKAGE.parent)
   assert result.stdout.strip() == "[]", result.stdout
+
+
+_START_UP = """
+import json, sys
+from docent_jax.evaluation import registry
+from docent_jax.models import pretrained
+import ml_collections
+tokenizer = pretrained.load_tokenizer("minilm-l6")
+registry.specs(ml_collections.ConfigDict({"name": "m", "evals": {"test": {"type": "link_prediction"}}}))
+print(json.dumps({"tokenizer": type(tokenizer).__name__, "torch": "torch" in sys.modules,
+                  "evaluators": sorted(m for m in sys.modules if m.startswith("docent_jax.evaluation."))}))
+"""
+
+
+def test_loading_a_tokenizer_and_naming_an_evaluator_import_neither_pytorch_nor_every_evaluator():
+  # AutoTokenizer imports PyTorch where it is installed, and every evaluator module together takes 1.5 s: a process
+  # that loads a model pays for neither (docs/scaling.md, "The cache and the test suite").
+  completed = subprocess.run([sys.executable, "-c", _START_UP], cwd=PACKAGE.parent, capture_output=True, text=True,
+                             check=True)
+  report = json.loads(completed.stdout.splitlines()[-1])
+  assert report["tokenizer"] == "BertTokenizer" and not report["torch"], report
+  assert "docent_jax.evaluation.link_prediction" in report["evaluators"], report
+  assert "docent_jax.evaluation.movie_search" not in report["evaluators"], report

@@ -346,23 +346,28 @@ def load_bert(name_or_path: str) -> tuple[bert.BertConfig, dict[str, Any]]:
   return config, params
 
 
-# The tokenizer classes of the two families, by the prefix of tokenizer_config.json's `tokenizer_class` or
-# config.json's `model_type` (lower case): AutoTokenizer picks the same classes, but imports PyTorch where it is
-# installed to do so (2.9 s against 0.8 s), which every process that loads a model would pay.
-_TOKENIZER_CLASSES = {"roberta": ("transformers.models.roberta.tokenization_roberta", "RobertaTokenizer"),
-                      "bert": ("transformers.models.bert.tokenization_bert", "BertTokenizer")}
+# The tokenizer classes of the two families, by tokenizer_config.json's `tokenizer_class` or, where it names none,
+# config.json's `model_type`: AutoTokenizer picks the same classes, but imports PyTorch where it is installed to do
+# so (2.9 s against 0.8 s), which every process that loads a model would pay.
+_BERT = ("transformers.models.bert.tokenization_bert", "BertTokenizer")
+_ROBERTA = ("transformers.models.roberta.tokenization_roberta", "RobertaTokenizer")
+_TOKENIZER_CLASSES = {"BertTokenizer": _BERT, "BertTokenizerFast": _BERT, "RobertaTokenizer": _ROBERTA,
+                      "RobertaTokenizerFast": _ROBERTA}
+_TOKENIZER_CLASSES_BY_MODEL_TYPE = {"bert": _BERT, "roberta": _ROBERTA}
+
+
+def _read_key(path: pathlib.Path, key: str) -> str | None:
+  return json.loads(path.read_text()).get(key) if path.is_file() else None
 
 
 def _tokenizer_class(model_dir: pathlib.Path) -> Any:
   """The tokenizer class of a BERT or RoBERTa directory; AutoTokenizer for any other."""
-  names = []
-  for file, key in (("tokenizer_config.json", "tokenizer_class"), ("config.json", "model_type")):
-    if (model_dir / file).is_file():
-      names.append(str(json.loads((model_dir / file).read_text()).get(key) or "").lower())
-  for name in names:
-    for prefix, (module, cls) in _TOKENIZER_CLASSES.items():
-      if name.startswith(prefix):
-        return getattr(importlib.import_module(module), cls)
+  named = _read_key(model_dir / "tokenizer_config.json", "tokenizer_class")
+  found = (_TOKENIZER_CLASSES.get(named) if named else
+           _TOKENIZER_CLASSES_BY_MODEL_TYPE.get(_read_key(model_dir / "config.json", "model_type")))
+  if found:
+    module, cls = found
+    return getattr(importlib.import_module(module), cls)
   from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
   return AutoTokenizer
 
