@@ -9,7 +9,11 @@ another machine (a home directory shared between hosts, a machine kept between s
 AVX-512 executable to a CPU without it.
 
 DOCENT_JAX_COMPILATION_CACHE moves it (a directory, local or gs://, e.g. one bucket for the hosts of a TPU pod) or,
-set to "off", turns it off. Several processes may share one cache (pytest-xdist workers, a pod's hosts): JAX writes
+set to "off", turns it off. It stays off for computations over several CPU devices: forced host devices, and CPU
+processes joined by `jax.distributed` (`off_for_cpu_collectives`). XLA:CPU executables read back from the cache can
+run one device's collectives in another order than the next device's, and both then wait for ever (an all-reduce on
+one device, an all-gather on the other, in one execution; XLA ends the process after 40 s). Freshly compiled ones
+never did (docs/scaling.md, "The cache and the test suite"). Several processes may share one cache (pytest-xdist workers, a pod's hosts): JAX writes
 each entry to a file of its own name. A local cache is capped at `MAX_BYTES` when a process starts, the least
 recently used entries going first (a bucket's own lifecycle rules cap a gs:// one); clearing it is removing its
 directory (`cache_dir()` names it).
@@ -43,10 +47,11 @@ def _machine_kind(cpu: cpu_flags.Cpu) -> str:
 
 
 def cache_dir(environ: MutableMapping[str, str] | None = None, cpu: cpu_flags.Cpu | None = None) -> str | None:
-  """The cache's directory for this CPU, or None when DOCENT_JAX_COMPILATION_CACHE is "off"."""
+  """The cache's directory for this CPU, or None when DOCENT_JAX_COMPILATION_CACHE is "off" or several CPU devices
+  are forced."""
   environ = os.environ if environ is None else environ
   chosen = environ.get(OVERRIDE_VARIABLE, "").strip()
-  if chosen.lower() == OFF:
+  if chosen.lower() == OFF or cpu_flags.forced_device_count(environ) > 1:
     return None
   base = chosen or os.path.join(environ.get("XDG_CACHE_HOME") or os.path.join(pathlib.Path.home(), ".cache"),
                                 "docent_jax", "jax_compilation")
@@ -94,7 +99,7 @@ def enable(environ: MutableMapping[str, str] | None = None) -> str | None:
   environ = os.environ if environ is None else environ
   directory = cache_dir(environ)
   if directory is None:
-    environ.pop("JAX_COMPILATION_CACHE_DIR", None)
+    environ.pop("JAX_COMPILATION_CACHE_DIR", None)  # Inherited from a parent process whose cache was on.
     return None
   settings = _settings(directory)
   for name, value in settings.items():
@@ -106,3 +111,11 @@ def enable(environ: MutableMapping[str, str] | None = None) -> str | None:
     for name, value in settings.items():
       jax.config.update(name, type(value)(environ[name.upper()]))
   return environ["JAX_COMPILATION_CACHE_DIR"]
+
+
+def off_for_cpu_collectives() -> None:
+  """Turns the cache off where this process's computations will span CPU devices of several processes. Call it after
+  `jax.distributed.initialize` and before the first compile (JAX decides once whether a process uses the cache)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.default_backend() == "cpu" and jax.device_count() > 1:
+    jax.config.update("jax_enable_compilation_cache", False)

@@ -23,6 +23,8 @@ import ml_collections
 import numpy as np
 import tqdm
 
+from docent_jax import compilation_cache
+
 DATA_AXIS = "data"
 MODEL_AXIS = "model"
 # A `map_batches` call longer than this logs its progress this often.
@@ -232,6 +234,7 @@ def initialize_distributed(coordinator_address: str | None, num_processes: int |
                                process_id=process_id)
   else:
     jax.distributed.initialize()
+  compilation_cache.off_for_cpu_collectives()
   logging.info("Process %d of %d; %d local / %d global devices.", jax.process_index(), jax.process_count(),
                jax.local_device_count(), jax.device_count())
 

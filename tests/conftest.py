@@ -10,10 +10,8 @@ import tiny_training
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8",
                                     tiny_training.FAST_COMPILE_XLA_FLAGS]).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# The suite compiles afresh unless DOCENT_JAX_COMPILATION_CACHE names a cache: over a warm cache, a worker's
-# DOCENT-HYBRID end-to-end run hung in an XLA:CPU collective of its first step until XLA aborted the process
-# (docs/scaling.md, "The cache and the test suite"). The cache's own tests set theirs explicitly.
-os.environ.setdefault("DOCENT_JAX_COMPILATION_CACHE", "off")
+# The compilation cache: off in the workers (8 forced devices: `compilation_cache`), on in the commands the tests
+# start on one device, as for a user.
 
 from etils import epath
 from etils.epath import gpath

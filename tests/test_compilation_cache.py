@@ -5,6 +5,9 @@ import pathlib
 import subprocess
 import sys
 
+import jax
+import pytest
+
 from docent_jax import compilation_cache
 from docent_jax import cpu_flags
 import tiny_training
@@ -22,6 +25,27 @@ def test_the_cache_is_per_user_and_per_cpu_kind_and_can_move_or_be_off():
   moved = compilation_cache.cache_dir({compilation_cache.OVERRIDE_VARIABLE: "gs://bucket/cache/"}, AVX512)
   assert moved.startswith("gs://bucket/cache/") and moved.rsplit("/", 1)[1] == default.rsplit("/", 1)[1]
   assert compilation_cache.cache_dir({compilation_cache.OVERRIDE_VARIABLE: "OFF"}, AVX512) is None
+
+
+@pytest.mark.parametrize("forced", [{"XLA_FLAGS": "--xla_force_host_platform_device_count=8"},
+                                    {"JAX_NUM_CPU_DEVICES": "2"}])
+def test_the_cache_is_off_where_several_cpu_devices_are_forced(forced):
+  # Cached XLA:CPU executables can deadlock in their collectives (the module's docstring), even in a named cache.
+  environ = {compilation_cache.OVERRIDE_VARIABLE: "/tmp/c", "JAX_COMPILATION_CACHE_DIR": "/inherited", **forced}
+  assert compilation_cache.enable(environ) is None and "JAX_COMPILATION_CACHE_DIR" not in environ
+  one = {"XLA_FLAGS": "--xla_force_host_platform_device_count=1", "JAX_NUM_CPU_DEVICES": "1"}
+  assert compilation_cache.cache_dir({compilation_cache.OVERRIDE_VARIABLE: "/tmp/c", **one}, AVX512)
+
+
+def test_cpu_processes_with_devices_to_share_turn_the_cache_off():
+  # This worker's 8 forced devices stand in for the devices of several processes.
+  assert jax.default_backend() == "cpu" and jax.device_count() > 1
+  try:
+    jax.config.update("jax_enable_compilation_cache", True)
+    compilation_cache.off_for_cpu_collectives()
+    assert not jax.config.jax_enable_compilation_cache
+  finally:
+    jax.config.update("jax_enable_compilation_cache", True)
 
 
 def test_enable_sets_jaxs_settings_unless_jaxs_own_are_given():
