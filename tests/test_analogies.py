@@ -235,7 +235,8 @@ def test_question_sets_remake_the_candidates_of_an_earlier_protocol(tmp_path):
   record = json.loads(path.read_text())
   del record["protocol_digest"]  # As files were written before they recorded their protocol.
   path.write_text(json.dumps(record))
-  directories = (tuple(words), tuple(sources.phrase_analogies), sources.candidates_dir, "minilm-l6", "minilm-l6")
+  directories = (tuple(words), tuple(sources.phrase_analogies), sources.candidates_dir,
+                 analogies.reference("minilm-l6", "minilm-l6"))
 
   analogy_candidates.question_sets.cache_clear()
   sets = analogy_candidates.question_sets(*directories)

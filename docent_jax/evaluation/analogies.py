@@ -17,14 +17,18 @@ Metric keys (`analogy_metrics`), for each level ('word', 'phrase', 'sentence'), 
 """
 from collections.abc import Mapping, Sequence
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
 
+from docent_jax import vectors as vector_maths
 from docent_jax.data.universal import analogies as analogy_sets
 from docent_jax.data.universal import analogy_candidates
 from docent_jax.data.universal import corpus as universal_corpus
 from docent_jax.evaluation import registry
+from docent_jax.models import bert
+from docent_jax.models import pretrained
 
 WORD = analogy_candidates.WORD
 LEVELS = (WORD, *analogy_sets.FRAMES)
@@ -86,14 +90,14 @@ def solved(vectors: np.ndarray, texts: AnalogyTexts, block_size: int = analogy_c
     texts: the questions and their candidates, from `analogy_texts`.
     block_size: the most floats of candidate vectors gathered at once, at least one question's.
   """
-  vectors = analogy_candidates.unit_rows(vectors)
+  vectors = vector_maths.unit_rows(vectors)
   if len(vectors) != len(texts.texts):
     raise ValueError(f"Expected one vector per text ({len(texts.texts)}); got {len(vectors)}.")
   num_questions, num_candidates = texts.candidate_rows.shape
   choices = np.empty(num_questions, np.int64)
-  for block in analogy_candidates.row_blocks(num_questions, num_candidates * vectors.shape[1], block_size):
+  for block in vector_maths.row_blocks(num_questions, num_candidates * vectors.shape[1], block_size):
     # cos(q, d) is q . d / |q| for a unit d, and |q| is the same for all of a question's candidates.
-    scores = np.einsum("qd,qkd->qk", analogy_candidates.analogy_queries(vectors, texts.question_rows[block]),
+    scores = np.einsum("qd,qkd->qk", vector_maths.analogy_queries(vectors, texts.question_rows[block]),
                        vectors[texts.candidate_rows[block]])
     choices[block] = np.argmax(scores, axis=1)
   return choices == texts.gold_positions
@@ -147,11 +151,30 @@ def _shares_solved(correct: np.ndarray, groups: Mapping[str, np.ndarray], level:
   return {f"{level}/{name}": float(correct[mask].mean()) for name, mask in groups.items() if mask.any()}
 
 
+@functools.cache
+def reference(name: str, tokenizer_name: str) -> analogy_candidates.Reference:
+  """Pretrained model `name`'s input word pieces as the candidates' reference: a text's vector is the mean of its
+  pieces' rows (float64)."""
+  tokenizer = pretrained.load_tokenizer(tokenizer_name)
+  _, params = pretrained.load_or_create_bert(name, {}, len(tokenizer))
+  table = np.asarray(bert.word_embedding_matrix(params), np.float64)
+  return analogy_candidates.Reference(name, tokenizer_name, tokenizer,
+                                      lambda texts: pretrained.mean_input_word_pieces(tokenizer, table, texts))
+
+
+def question_sets(sources: universal_corpus.EvaluationSources) -> dict[str, analogy_candidates.QuestionSet]:
+  """'word', 'phrase', 'sentence' (the word questions and their phrase and sentence versions) and 'phrase_set'
+  (Mikolov's phrase questions), each with the candidates every model answers among (made once from the sources'
+  reference, kept in their `candidates_dir`)."""
+  return analogy_candidates.question_sets(tuple(sources.word_analogies), tuple(sources.phrase_analogies),
+                                          sources.candidates_dir, reference(sources.reference, sources.tokenizer))
+
+
 @registry.register("analogies")
 def solve_analogies(model: Any, sources: universal_corpus.EvaluationSources) -> dict[str, float]:
   """`analogy_<level>/<metric>` (see the module docstring) at the word, phrase and sentence level, and
   `analogy_phrase_set/<metric>` on Mikolov's phrase questions (the sources' `word_analogies`, `phrase_analogies`)."""
-  sets = sources.analogy_question_sets
+  sets = question_sets(sources)
   correct = {}
   for level, question_set in sets.items():
     texts = analogy_texts(question_set.questions, question_set.candidates)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import scipy.stats
 
-from docent_jax.data.universal import analogy_candidates
+from docent_jax import vectors as vector_maths
 from docent_jax.data.universal import corpus as universal_corpus
 from docent_jax.evaluation import registry
 
@@ -23,7 +23,7 @@ def phrase_similarity(first: np.ndarray, second: np.ndarray,
     second: [N, d] its vector of each pair's second phrase.
     human_scores: [N] the pairs' human similarity scores.
   """
-  first, second = analogy_candidates.unit_rows(first), analogy_candidates.unit_rows(second)
+  first, second = vector_maths.unit_rows(first), vector_maths.unit_rows(second)
   human_scores = np.asarray(human_scores, np.float64)
   if first.shape != second.shape or human_scores.shape != first.shape[:1] or len(human_scores) < 2:
     raise ValueError(f"Expected vectors [N, d] of both phrases and [N] human scores, N >= 2; got {first.shape}, "

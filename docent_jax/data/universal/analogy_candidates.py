@@ -24,7 +24,7 @@ model being evaluated:
     another (`analogies.phrase_and_sentence_versions`); its candidates are its word candidates in the frame
     of d (`level_candidates`): question i has the same candidates at every level.
 """
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 import dataclasses
 import functools
 import json
@@ -39,8 +39,7 @@ from docent_jax.data import fingerprint
 from docent_jax.data import io
 from docent_jax.data import tokenization
 from docent_jax.data.universal import analogies
-from docent_jax.models import bert
-from docent_jax.models import pretrained
+from docent_jax import vectors as vector_maths
 
 NUM_CANDIDATES = 5
 # Part of the protocol digest of saved candidates: raised whenever the way candidates are made changes, so that
@@ -120,7 +119,7 @@ def closed_vocabulary_candidates(questions: Sequence[analogies.AnalogyQuestion],
     ValueError: an item missing from the vocabulary, a question whose answer is its a, b or c, a repeated
       vocabulary item, or a vocabulary too small to leave `num_candidates` items besides a, b and c.
   """
-  vectors = unit_rows(vectors)
+  vectors = vector_maths.unit_rows(vectors)
   row_of = {item: row for row, item in enumerate(vocabulary)}
   if len(row_of) != len(vocabulary) or len(vocabulary) != len(vectors):
     raise ValueError(f"Expected one distinct item per vector; got {len(vocabulary)} items "
@@ -136,8 +135,8 @@ def closed_vocabulary_candidates(questions: Sequence[analogies.AnalogyQuestion],
     raise ValueError(f"{answer_given.size} questions have their answer among a, b and c, e.g. question "
                      f"{answer_given[0]}: {questions[answer_given[0]].items}.")
   top_rows = np.empty((len(rows), num_candidates), np.int64)
-  for block in row_blocks(len(rows), len(vocabulary), block_size):
-    scores = analogy_queries(vectors, rows[block]) @ vectors.T
+  for block in vector_maths.row_blocks(len(rows), len(vocabulary), block_size):
+    scores = vector_maths.analogy_queries(vectors, rows[block]) @ vectors.T
     np.put_along_axis(scores, rows[block, :3], -np.inf, axis=1)
     top = np.argpartition(-scores, num_candidates - 1, axis=1)[:, :num_candidates]
     top = np.take_along_axis(top, np.lexsort((top, -np.take_along_axis(scores, top, axis=1)), axis=1), axis=1)
@@ -223,25 +222,32 @@ class QuestionSet:
   candidates: Candidates
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Reference:
+  """The static model candidates come from (named in their protocol digest and file names): `tokenizer` gives the
+  vocabulary's whole words, `vectors` maps texts to [N, d] reference vectors (a model's mean input word pieces)."""
+  name: str
+  tokenizer_name: str
+  tokenizer: Any
+  vectors: Callable[[Sequence[str]], np.ndarray]
+
+
 @functools.cache
 def question_sets(words: tuple[analogies.AnalogyQuestion, ...], phrase_set: tuple[analogies.AnalogyQuestion, ...],
-                  candidates_dir: epath.Path, reference: str, tokenizer: str) -> dict[str, QuestionSet]:
+                  candidates_dir: epath.Path, reference: Reference) -> dict[str, QuestionSet]:
   """'word', 'phrase', 'sentence' (the word questions and their aligned versions) and 'phrase_set' (Mikolov's
-  phrase questions), with candidates from `reference`'s word pieces over `candidate_vocabulary`, kept in
-  `candidates_dir` and made anew when the questions or the protocol changed."""
-  reference_tokenizer, table = _reference_word_pieces(reference, tokenizer)
-
+  phrase questions), with candidates from `reference` over `candidate_vocabulary`, kept in `candidates_dir` and
+  made anew when the questions or the protocol changed."""
   def candidates(name: str, questions: list[analogies.AnalogyQuestion]) -> Candidates:
-    path = candidates_dir / f"{name}_{reference.replace('/', '_')}.json"
-    vocabulary = candidate_vocabulary(questions, reference_tokenizer)
-    protocol_digest = candidate_protocol_digest(reference, tokenizer, vocabulary)
+    path = candidates_dir / f"{name}_{reference.name.replace('/', '_')}.json"
+    vocabulary = candidate_vocabulary(questions, reference.tokenizer)
+    protocol_digest = candidate_protocol_digest(reference.name, reference.tokenizer_name, vocabulary)
     if path.exists():
       try:
         return read_candidates(path, questions, protocol_digest)
       except StaleCandidatesError as stale:
         logging.warning("%s Making them anew.", stale)
-    made = closed_vocabulary_candidates(
-        questions, vocabulary, pretrained.mean_input_word_pieces(reference_tokenizer, table, vocabulary))
+    made = closed_vocabulary_candidates(questions, vocabulary, reference.vectors(vocabulary))
     write_candidates(path, questions, made, protocol_digest)
     return made
 
@@ -252,37 +258,3 @@ def question_sets(words: tuple[analogies.AnalogyQuestion, ...], phrase_set: tupl
   for level, questions in (("phrase", aligned.phrases), ("sentence", aligned.sentences)):
     sets[level] = QuestionSet(questions, level_candidates(words, questions, word_candidates, level))
   return sets
-
-
-
-def unit_rows(vectors: np.ndarray) -> np.ndarray:
-  """[N, d] float64 rows scaled to length 1; a zero row stays zero, so that its cosine with anything is 0, not NaN."""
-  vectors = np.asarray(vectors, np.float64)
-  if vectors.ndim != 2:
-    raise ValueError(f"Expected vectors [N, d]; got shape {vectors.shape}.")
-  if not np.isfinite(vectors).all():
-    raise ValueError("Vectors hold NaN or infinite values.")
-  norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-  return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
-
-
-
-def row_blocks(num_rows: int, row_size: int, block_size: int) -> Iterator[slice]:
-  """Consecutive slices of rows, each of at most `block_size` floats at `row_size` a row but at least one row."""
-  if block_size < 1:
-    raise ValueError(f"block_size must be at least 1, not {block_size}.")
-  rows = max(1, block_size // max(row_size, 1))
-  return (slice(start, start + rows) for start in range(0, num_rows, rows))
-
-
-def analogy_queries(unit_vectors: np.ndarray, rows: np.ndarray) -> np.ndarray:
-  """b - a + c of each question, from the rows of its a, b and c (its first three columns)."""
-  return unit_vectors[rows[:, 1]] - unit_vectors[rows[:, 0]] + unit_vectors[rows[:, 2]]
-
-
-@functools.cache
-def _reference_word_pieces(reference: str, tokenizer_name: str) -> tuple[Any, np.ndarray]:
-  """The tokenizer `tokenizer_name` and the input word-piece table (float64) of pretrained model `reference`."""
-  tokenizer = pretrained.load_tokenizer(tokenizer_name)
-  _, params = pretrained.load_or_create_bert(reference, {}, len(tokenizer))
-  return tokenizer, np.asarray(bert.word_embedding_matrix(params), np.float64)

@@ -18,7 +18,6 @@ import numpy as np
 from docent_jax.data import fingerprint
 from docent_jax.data import tfds_loading
 from docent_jax.data.universal import analogies
-from docent_jax.data.universal import analogy_candidates
 from docent_jax.data.universal import builders
 from docent_jax.data.universal import faq
 from docent_jax.data.universal import nli
@@ -88,14 +87,6 @@ class EvaluationSources:
   def phrase_analogies(self) -> list[analogies.AnalogyQuestion]:
     """Mikolov's phrase analogy questions (questions-phrases.txt)."""
     return analogies.read_analogies(epath.Path(self.manual_dir) / ANALOGY_FILES["phrases"])
-
-  @functools.cached_property
-  def analogy_question_sets(self) -> dict[str, analogy_candidates.QuestionSet]:
-    """'word', 'phrase', 'sentence' (the word questions and their phrase and sentence versions) and 'phrase_set'
-    (Mikolov's phrase questions), each with the candidates every model answers among (made once, kept in
-    `candidates_dir`)."""
-    return analogy_candidates.question_sets(tuple(self.word_analogies), tuple(self.phrase_analogies),
-                                            self.candidates_dir, self.reference, self.tokenizer)
 
   @functools.cached_property
   def rated_phrase_pairs(self) -> list[phrases.RatedPair]:
