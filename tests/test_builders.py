@@ -68,7 +68,7 @@ def test_wn18rr_matches_files(wn18rr, shared_data_dir):
 
 
 def test_fast_column_reader_agrees_with_tfds_decoding(wn18rr, tfds_dir, shared_data_dir):
-  source = tfds_loading.prepare(knowledge_graph.make_builder("wn18rr", data_dir=tfds_dir),
+  source = tfds_loading.prepare(tfds_loading.make_builder(knowledge_graph.BUILDERS, "wn18rr", data_dir=tfds_dir),
                                 shared_data_dir / "wn18rr")["validation"]
   for index in (0, 17, len(source) - 1):
     record = source[index]
@@ -208,7 +208,7 @@ def test_config_names():
   with pytest.raises(ValueError, match="not 'full' or 'subgraph_<N>'"):
     kg_builders.parse_config_name("subgraph")
   with pytest.raises(ValueError, match="Unknown knowledge graph"):
-    knowledge_graph.make_builder("no_such_graph")
+    tfds_loading.make_builder(knowledge_graph.BUILDERS, "no_such_graph")
 
 
 def test_builds_and_reads_without_tensorflow(tmp_path):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from docent_jax.data import io
+from docent_jax.data import tfds_loading
 from docent_jax.data import tokenization
 from docent_jax.data.offers import builders as offer_builders
 from docent_jax.data.offers import corpus as offer_corpus
@@ -106,9 +107,9 @@ def test_downloaded_archive_is_searched_for_its_file(tmp_path):
 
 def test_unknown_datasets_and_configs_are_named(tfds_dir):
   with pytest.raises(ValueError, match=r"Unknown offer dataset 'amazon_google'.*\['abt_buy', 'wdc_computers'\]"):
-    offer_corpus.make_builder("amazon_google", data_dir=tfds_dir)
+    tfds_loading.make_builder(offer_corpus.BUILDERS, "amazon_google", data_dir=tfds_dir)
   with pytest.raises(ValueError, match=r"Unknown config 'tiny' of wdc_computers; valid: .*'small_all'"):
-    offer_corpus.make_builder("wdc_computers/tiny", data_dir=tfds_dir)
+    tfds_loading.make_builder(offer_corpus.BUILDERS, "wdc_computers/tiny", data_dir=tfds_dir)
 
 
 # ---------------------------------------------------------------------------------------------------

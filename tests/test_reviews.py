@@ -14,6 +14,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from docent_jax.data import io
+from docent_jax.data import tfds_loading
 from docent_jax.data import tokenization
 from docent_jax.data.reviews import builders as review_builders
 from docent_jax.data.reviews import corpus as review_corpus
@@ -211,7 +212,7 @@ def test_config_names_round_trip():
   with pytest.raises(ValueError, match="unknown part 'bogus'"):
     review_builders.parse_config_name("minreviews1_bogus")
   with pytest.raises(ValueError, match="Unknown review dataset"):
-    review_corpus.make_builder("no_such_reviews")
+    tfds_loading.make_builder(review_corpus.BUILDERS, "no_such_reviews")
 
 
 # ---------------------------------------------------------------------------------------------------

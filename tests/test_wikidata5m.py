@@ -65,7 +65,7 @@ def built(tmp_path_factory):
   """The builder, its splits' data sources and the loaded graph, built from an extracted release."""
   manual_dir = _write_release(tmp_path_factory.mktemp("wikidata5m") / "release")
   tfds_dir = tmp_path_factory.mktemp("tfds")
-  builder = knowledge_graph.make_builder("wikidata5m", data_dir=tfds_dir)
+  builder = tfds_loading.make_builder(knowledge_graph.BUILDERS, "wikidata5m", data_dir=tfds_dir)
   sources = tfds_loading.prepare(builder, manual_dir)
   kg = knowledge_graph.load_knowledge_graph("wikidata5m", data_dir=tfds_dir, manual_dir=manual_dir)
   return builder, sources, kg
@@ -97,7 +97,7 @@ def test_reads_the_release_archives_as_downloaded(built, tmp_path):
   _write_tar(manual_dir / "wikidata5m_alias.tar.gz",
              {"wikidata5m_entity.txt": "Q1\tdouglas adams\n", "wikidata5m_relation.txt": RELATIONS})
   (manual_dir / "wikidata5m_text.txt.gz").write_bytes(gzip.compress(TEXTS.encode()))
-  builder = knowledge_graph.make_builder("wikidata5m", data_dir=tmp_path / "tfds")
+  builder = tfds_loading.make_builder(knowledge_graph.BUILDERS, "wikidata5m", data_dir=tmp_path / "tfds")
   sources = tfds_loading.prepare(builder, manual_dir)
   kg = knowledge_graph.load_knowledge_graph("wikidata5m", data_dir=tmp_path / "tfds", manual_dir=manual_dir)
   assert kg.fingerprint() == built[2].fingerprint()
@@ -155,4 +155,5 @@ def test_blp_config_has_blps_wikidata5m_values(tmp_path):
   assert blp_config.get_config("wn18rr").data.max_len == 32
   with pytest.raises(ValueError, match="paper settings are defined for"):
     blp_config.get_config("wikidata5m,transe,paper")
-  assert knowledge_graph.make_builder("wikidata5m/subgraph_3", data_dir=tmp_path).builder_config.max_entities == 3
+  builder = tfds_loading.make_builder(knowledge_graph.BUILDERS, "wikidata5m/subgraph_3", data_dir=tmp_path)
+  assert builder.builder_config.max_entities == 3

@@ -1,5 +1,7 @@
 """Builds a docent_jax TFDS dataset when needed and reads its splits back, for every domain's loader."""
+from collections.abc import Callable, Mapping
 import contextlib
+import dataclasses
 import fcntl
 from typing import Any, Iterator, Sequence
 
@@ -25,6 +27,55 @@ def default_data_dir() -> epath.Path:
 def builder_kwargs(data_dir: epath.PathLike | None) -> dict[str, Any]:
   """Keyword arguments of every builder: the TFDS data directory (TFDS's default when None), array_record files."""
   return dict(data_dir=epath.Path(data_dir) if data_dir is not None else None, file_format="array_record")
+
+
+@dataclasses.dataclass(frozen=True)
+class BuilderRegistry:
+  """One domain's TFDS builders: by registered name ('wn18rr', 'wn18rr/subgraph_3000'), or a directory of the
+  domain's own files.
+
+  Attributes:
+    what: the domain's dataset in an error message ('knowledge graph').
+    builders: the registered builders by name.
+    directory_builder: the builder of a directory.
+    config: (options, a directory or None) -> the builder config of those options: a directory's is named after the
+      directory and its files, a registered builder's after the options.
+    parse_config_name: a registered builder's config name -> its options; None where the registered builders take
+      only their predefined configs (the dataset names one, or none for the default).
+    default_options: the options where neither the dataset's name nor the caller gives any.
+  """
+  what: str
+  builders: Mapping[str, type[tfds.core.GeneratorBasedBuilder]]
+  directory_builder: type[tfds.core.GeneratorBasedBuilder]
+  config: Callable[[Any, epath.PathLike | None], tfds.core.BuilderConfig]
+  parse_config_name: Callable[[str], Any] | None = None
+  default_options: Any = None
+
+
+def make_builder(registry: BuilderRegistry, dataset: str, *, data_dir: epath.PathLike | None = None,
+                 options: Any = None) -> tfds.core.GeneratorBasedBuilder:
+  """The TFDS builder of `dataset` (a registered name, with its config after a '/', or a directory) with `options`
+  (the registry's default when None), writing under `data_dir`."""
+  kwargs = builder_kwargs(data_dir)
+  chosen = registry.default_options if options is None else options
+  if epath.Path(dataset).is_dir():
+    return registry.directory_builder(config=registry.config(chosen, dataset), **kwargs)
+  name, _, config_name = dataset.partition("/")
+  if name not in registry.builders:
+    raise ValueError(f"Unknown {registry.what} {dataset!r}: not a directory and not one of "
+                     f"{sorted(registry.builders)}.")
+  builder_class = registry.builders[name]
+  if registry.parse_config_name is None:
+    if config_name and config_name not in builder_class.builder_configs:
+      raise ValueError(f"Unknown config {config_name!r} of {name}; valid: {sorted(builder_class.builder_configs)}.")
+    return builder_class(config=config_name or None, **kwargs)
+  if config_name:
+    if chosen != registry.default_options:
+      raise ValueError(f"{dataset!r} names its config; do not also pass options.")
+    chosen = registry.parse_config_name(config_name)
+  config = registry.config(chosen, None)
+  # TFDS takes the name of a predefined config, and rejects an equal-named config object.
+  return builder_class(config=config.name if config.name in builder_class.builder_configs else config, **kwargs)
 
 
 def prepare(builder: tfds.core.DatasetBuilder, manual_dir: epath.PathLike | None) -> dict[str, Any]:

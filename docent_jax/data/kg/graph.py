@@ -15,12 +15,16 @@ SPLITS = kg_builders.TRIPLE_SPLITS
 # Which triples a graph's splits hold: BLP's inductive ones (unseen entities at test time), or the source's
 # transductive ones (BLP's appendix; every entity of a test triple is in training, as far as the source has it).
 SETTINGS = ("inductive", "transductive")
-BUILDERS: dict[str, type[kg_builders.KnowledgeGraphBuilder]] = {
-    "wordnet_kg": wordnet_kg.WordnetKg,
-    "wn18rr": kg_builders.Wn18rr,
-    "fb15k237": kg_builders.Fb15k237,
-    "wikidata5m": wikidata5m.Wikidata5m,
-}
+# Options: (max_entities, seed) of a connected subgraph; a config name holds them ('subgraph_3000_seed1').
+BUILDERS = tfds_loading.BuilderRegistry(
+    what="knowledge graph",
+    builders={"wordnet_kg": wordnet_kg.WordnetKg, "wn18rr": kg_builders.Wn18rr, "fb15k237": kg_builders.Fb15k237,
+              "wikidata5m": wikidata5m.Wikidata5m},
+    directory_builder=kg_builders.KgDirectory,
+    config=lambda options, directory: (kg_builders.directory_config(directory, *options) if directory
+                                       else kg_builders.make_config(*options)),
+    parse_config_name=kg_builders.parse_config_name,
+    default_options=(None, 0))
 
 
 @dataclasses.dataclass
@@ -81,27 +85,6 @@ def triples_among_training_entities(graph: KnowledgeGraph, fraction: float, seed
   return triples[np.isin(triples[:, 0], kept) & np.isin(triples[:, 2], kept)]
 
 
-def make_builder(dataset: str, *, data_dir: epath.PathLike | None = None,
-                 max_entities: int | None = None, seed: int = 0) -> kg_builders.KnowledgeGraphBuilder:
-  """The TFDS builder for a registered name ('wn18rr', 'wordnet_kg/subgraph_3000') or a directory."""
-  kwargs = tfds_loading.builder_kwargs(data_dir)
-  if epath.Path(dataset).is_dir():
-    return kg_builders.KgDirectory(config=kg_builders.directory_config(dataset, max_entities, seed), **kwargs)
-  name, _, config = dataset.partition("/")
-  if name not in BUILDERS:
-    raise ValueError(f"Unknown knowledge graph {dataset!r}: not a directory and not one of {sorted(BUILDERS)}.")
-  if config:
-    if max_entities is not None or seed:
-      raise ValueError(f"{dataset!r} names its config; do not also pass max_entities or seed.")
-    max_entities, seed = kg_builders.parse_config_name(config)
-  builder_class = BUILDERS[name]
-  config_name = kg_builders.config_name(max_entities, seed)
-  # TFDS takes the name of a predefined config, and rejects an equal-named config object.
-  config = config_name if config_name in builder_class.builder_configs else kg_builders.make_config(
-      max_entities, seed)
-  return builder_class(config=config, **kwargs)
-
-
 def load_knowledge_graph(dataset: str, *, data_dir: epath.PathLike | None = None,
                          manual_dir: epath.PathLike | None = None, max_entities: int | None = None,
                          seed: int = 0, setting: str = "inductive") -> KnowledgeGraph:
@@ -125,7 +108,7 @@ def load_knowledge_graph(dataset: str, *, data_dir: epath.PathLike | None = None
   """
   if setting not in SETTINGS:
     raise ValueError(f"Unknown knowledge-graph setting {setting!r}; valid: {SETTINGS}.")
-  builder = make_builder(dataset, data_dir=data_dir, max_entities=max_entities, seed=seed)
+  builder = tfds_loading.make_builder(BUILDERS, dataset, data_dir=data_dir, options=(max_entities, seed))
   sources = tfds_loading.prepare(builder, manual_dir)
   name = f"{builder.name}/{builder.builder_config.name}"
   entities = tfds_loading.read_columns(sources["entities"], ("id", "text", "label", "split"))

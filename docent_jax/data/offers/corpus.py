@@ -11,10 +11,12 @@ from docent_jax.data.offers import builders as offer_builders
 from docent_jax.data.offers import files as offer_files
 
 PAIR_SPLITS = offer_files.PAIR_SPLITS
-BUILDERS: dict[str, type[offer_builders.OfferBuilder]] = {
-    "abt_buy": offer_builders.AbtBuy,
-    "wdc_computers": offer_builders.WdcComputers,
-}
+# The registered builders take their predefined configs only ('wdc_computers/small').
+BUILDERS = tfds_loading.BuilderRegistry(
+    what="offer dataset",
+    builders={"abt_buy": offer_builders.AbtBuy, "wdc_computers": offer_builders.WdcComputers},
+    directory_builder=offer_builders.DeepmatcherDirectory,
+    config=lambda options, directory: offer_builders.directory_config(directory))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,20 +56,6 @@ class OfferCorpus:
             "pairs_digest": fingerprint.digest(p for _, p in sorted(self.pairs.items()))}
 
 
-def make_builder(dataset: str, *, data_dir: epath.PathLike | None = None) -> offer_builders.OfferBuilder:
-  """The TFDS builder for a registered name ('abt_buy', 'wdc_computers/small') or a DeepMatcher directory."""
-  kwargs = tfds_loading.builder_kwargs(data_dir)
-  if epath.Path(dataset).is_dir():
-    return offer_builders.DeepmatcherDirectory(config=offer_builders.directory_config(dataset), **kwargs)
-  name, _, config = dataset.partition("/")
-  if name not in BUILDERS:
-    raise ValueError(f"Unknown offer dataset {dataset!r}: not a directory and not one of {sorted(BUILDERS)}.")
-  builder_class = BUILDERS[name]
-  if config and config not in builder_class.builder_configs:
-    raise ValueError(f"Unknown config {config!r} of {name}; valid: {sorted(builder_class.builder_configs)}.")
-  return builder_class(config=config or None, **kwargs)
-
-
 def load_offer_corpus(dataset: str, *, data_dir: epath.PathLike | None = None,
                       manual_dir: epath.PathLike | None = None) -> OfferCorpus:
   """Builds the dataset if needed (array_record under `data_dir`) and loads it.
@@ -82,7 +70,7 @@ def load_offer_corpus(dataset: str, *, data_dir: epath.PathLike | None = None,
   Returns:
     The corpus.
   """
-  builder = make_builder(dataset, data_dir=data_dir)
+  builder = tfds_loading.make_builder(BUILDERS, dataset, data_dir=data_dir)
   sources = tfds_loading.prepare(builder, manual_dir)
   offer_columns = tfds_loading.read_columns(sources["offers"], ("source", "id", "text", "product"))
   pairs = {}

@@ -15,10 +15,15 @@ from docent_jax.data.reviews import files as review_files
 from docent_jax.data.reviews import search_queries as query_sets
 
 ENTITY_SPLITS = review_files.ENTITY_SPLITS
-BUILDERS: dict[str, type[review_builders.ReviewBuilder]] = {
-    "imdb_movielens": review_builders.ImdbMovielens,
-    "reviews2movielens": review_builders.Reviews2Movielens,
-}
+# Options: the preprocessing (`review_files.PreprocessOptions`); a config name holds them ('minreviews1').
+BUILDERS = tfds_loading.BuilderRegistry(
+    what="review dataset",
+    builders={"imdb_movielens": review_builders.ImdbMovielens, "reviews2movielens": review_builders.Reviews2Movielens},
+    directory_builder=review_builders.ReviewTsv,
+    config=lambda options, directory: (review_builders.directory_config(directory, options) if directory
+                                       else review_builders.make_config(options)),
+    parse_config_name=review_builders.parse_config_name,
+    default_options=review_files.PreprocessOptions())
 
 
 @dataclasses.dataclass
@@ -115,26 +120,6 @@ class ReviewEvaluation:
     return tasks
 
 
-def make_builder(dataset: str, *, data_dir: epath.PathLike | None = None,
-                 options: review_files.PreprocessOptions | None = None) -> review_builders.ReviewBuilder:
-  """The TFDS builder for a registered name ('imdb_movielens', 'imdb_movielens/minreviews1') or a directory."""
-  kwargs = tfds_loading.builder_kwargs(data_dir)
-  if epath.Path(dataset).is_dir():
-    return review_builders.ReviewTsv(
-        config=review_builders.directory_config(dataset, options or review_files.PreprocessOptions()), **kwargs)
-  name, _, config = dataset.partition("/")
-  if name not in BUILDERS:
-    raise ValueError(f"Unknown review dataset {dataset!r}: not a directory and not one of {sorted(BUILDERS)}.")
-  if config and options is not None:
-    raise ValueError(f"{dataset!r} names its config; do not also pass options.")
-  options = review_builders.parse_config_name(config) if config else options or review_files.PreprocessOptions()
-  builder_class = BUILDERS[name]
-  config_name = review_builders.config_name(options)
-  # TFDS takes the name of a predefined config, and rejects an equal-named config object.
-  config = config_name if config_name in builder_class.builder_configs else review_builders.make_config(options)
-  return builder_class(config=config, **kwargs)
-
-
 def load_review_corpus(dataset: str, *, data_dir: epath.PathLike | None = None,
                        manual_dir: epath.PathLike | None = None,
                        options: review_files.PreprocessOptions | None = None) -> ReviewCorpus:
@@ -150,7 +135,7 @@ def load_review_corpus(dataset: str, *, data_dir: epath.PathLike | None = None,
   Returns:
     The corpus.
   """
-  builder = make_builder(dataset, data_dir=data_dir, options=options)
+  builder = tfds_loading.make_builder(BUILDERS, dataset, data_dir=data_dir, options=options)
   sources = tfds_loading.prepare(builder, manual_dir)
   entities = tfds_loading.read_columns(sources["entities"], ("id", "title", "split"))
   sentences = tfds_loading.read_columns(sources["sentences"], ("entity", "review", "text"))
