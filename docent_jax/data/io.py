@@ -4,7 +4,8 @@ Files are UTF-8, gzipped when their name ends in `.gz`, at any `etils.epath` pat
 works). A byte-order mark at the start is dropped and LF, CRLF and CR all end a line, so a file
 saved by a spreadsheet or an old editor parses like any other. Every error names the file and line.
 """
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+import csv
 import gzip
 import json
 from typing import BinaryIO
@@ -82,6 +83,41 @@ def json_lines(path: epath.PathLike) -> Iterator[tuple[int, dict]]:
 def read_lines(path: epath.PathLike) -> list[str]:
   """All lines of a text file (see `numbered_lines`), for readers that index or count them."""
   return [line for _, line in numbered_lines(path)]
+
+
+def csv_rows(path: epath.PathLike, required: Sequence[str] = ()) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+  """The header of a CSV file, which must hold the `required` columns, and its rows as (line number, fields), read
+  as they are consumed. Every row has the header's width; a quoted field may span lines (the row's number is then
+  its last line); a blank line holds no row."""
+  lines = read_lines(path)
+  # Line ends restored, so that a quoted field of several lines keeps its line breaks.
+  reader = csv.reader((line + "\n" for line in lines), strict=True)
+  try:
+    header = [name.strip() for name in next(reader)]
+  except StopIteration:
+    raise DataFormatError(f"{path}:1: no CSV header; the file is empty.") from None
+  except csv.Error as error:
+    raise DataFormatError(f"{path}:1: malformed CSV header ({error}).") from None
+  missing = [name for name in required if name not in header]
+  if missing:
+    raise DataFormatError(f"{path}:1: header {header} lacks columns {missing}.")
+
+  def rows() -> Iterator[tuple[int, list[str]]]:
+    while True:
+      try:
+        row = next(reader)
+      except StopIteration:
+        return
+      except csv.Error as error:
+        raise DataFormatError(f"{path}:{reader.line_num}: malformed CSV row ({error}).") from None
+      if not "".join(row).strip():
+        continue
+      if len(row) != len(header):
+        raise DataFormatError(f"{path}:{reader.line_num}: expected {len(header)} fields, found {len(row)} (header: "
+                              f"{','.join(header)}): {lines[reader.line_num - 1][:100]!r}")
+      yield reader.line_num, row
+
+  return header, rows()
 
 
 def _decode(path: epath.Path, file: BinaryIO, damaged: tuple[type[Exception], ...]) -> Iterator[tuple[int, str]]:

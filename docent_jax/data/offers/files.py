@@ -26,7 +26,6 @@ Every format error (`io.DataFormatError`) names the file and line. A pair of off
 listed twice in a split is kept once, counted and logged.
 """
 import collections
-import csv
 import dataclasses
 import re
 from typing import Any, Mapping, Sequence
@@ -107,31 +106,6 @@ def clean_wdc_value(value: str) -> str:
   return _SPACE.sub(" ", value).replace('"', "").strip()
 
 
-def read_csv(path: epath.PathLike, required: Sequence[str] = ()) -> tuple[list[str], list[tuple[int, list[str]]]]:
-  """The header and (line number, fields) rows of a CSV file; every row has the header's width.
-
-  Quoted fields may span lines (the line number is the row's last line).
-  """
-  # Line ends restored so quoted multi-line fields keep their line breaks.
-  reader = csv.reader((line + "\n" for line in io.read_lines(path)), strict=True)
-  rows = []
-  try:
-    header = [name.strip() for name in next(reader)]
-    for row in reader:
-      if not "".join(row).strip():  # A blank line (outside quotes) holds no row.
-        continue
-      if len(row) != len(header):
-        raise io.DataFormatError(f"{path}:{reader.line_num}: expected {len(header)} fields ({','.join(header)}), "
-                                 f"found {len(row)}: {','.join(row)[:100]!r}")
-      rows.append((reader.line_num, row))
-  except csv.Error as error:
-    raise io.DataFormatError(f"{path}:{reader.line_num}: malformed CSV ({error}).") from None
-  missing = [name for name in required if name not in header]
-  if missing:
-    raise io.DataFormatError(f"{path}:1: header {header} lacks columns {missing}.")
-  return header, rows
-
-
 def _label(path: epath.Path, line: int, value: Any) -> int:
   if str(value).strip() not in ("0", "1"):
     raise io.DataFormatError(f"{path}:{line}: label {value!r} is not 0 or 1.")
@@ -201,7 +175,7 @@ def deepmatcher_paths(directory: epath.PathLike) -> dict[str, epath.Path]:
 
 def _read_table(path: epath.Path, attributes: Sequence[str] | None) -> tuple[list[str], list[Attributes]]:
   """Ids and attributes of a DeepMatcher table (`id`, then attribute columns)."""
-  header, rows = read_csv(path)
+  header, rows = io.csv_rows(path)
   if header[0] != "id":
     raise io.DataFormatError(f"{path}:1: the first column must be 'id', found {header[0]!r}.")
   names = list(attributes) if attributes is not None else header[1:]
@@ -244,7 +218,8 @@ def read_deepmatcher(paths: Mapping[str, epath.PathLike], attributes: Sequence[s
   last_lines = {}
   for split in PAIR_SPLITS:
     path = paths[split]
-    header, rows = read_csv(path, DEEPMATCHER_PAIR_COLUMNS)
+    header, rows = io.csv_rows(path, DEEPMATCHER_PAIR_COLUMNS)
+    rows = list(rows)
     left, right, label = (header.index(name) for name in DEEPMATCHER_PAIR_COLUMNS)
     for line, row in rows:
       for table, column, known in (("tableA", left, index[0]), ("tableB", right, index[1])):
@@ -391,7 +366,8 @@ def read_wdc_json(train_path: epath.PathLike, validation_path: epath.PathLike, t
     raise ValueError(f"WDC attributes must be a non-empty subset of {WDC_ATTRIBUTES}; got {tuple(attributes)}.")
   max_words = WDC_MAX_WORDS if max_words is None else max_words
   train_path, validation_path, test_path = map(epath.Path, (train_path, validation_path, test_path))
-  header, rows = read_csv(validation_path, ("pair_id",))
+  header, rows = io.csv_rows(validation_path, ("pair_id",))
+  rows = list(rows)
   validation_ids: dict[str, int] = {}
   for line, row in rows:
     pair_id = row[header.index("pair_id")].strip()

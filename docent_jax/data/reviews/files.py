@@ -9,7 +9,6 @@ reviews, reviews split into sentences packed into paragraphs of at most
 Every drop is counted and logged. Format errors (`io.DataFormatError`) name the file and line.
 """
 import collections
-import csv
 import dataclasses
 import html
 import re
@@ -125,30 +124,10 @@ class ReviewDataset:
   dropped: dict[str, int]
 
 
-def read_csv(path: epath.Path, columns: Sequence[str]) -> Iterable[tuple[int, dict[str, str]]]:
-  """Yields (line number, row) of a CSV file with a header holding at least `columns`."""
-  lines = io.read_lines(path)
-  reader = csv.reader(lines, strict=True)
-  try:
-    header = next(reader)
-  except csv.Error as error:
-    raise io.DataFormatError(f"{path}:1: malformed CSV header ({error}).") from None
-  missing = [c for c in columns if c not in header]
-  if missing:
-    raise io.DataFormatError(f"{path}:1: header {header} lacks columns {missing}.")
-  while True:
-    try:
-      row = next(reader)
-    except StopIteration:
-      return
-    except csv.Error as error:
-      raise io.DataFormatError(f"{path}:{reader.line_num}: malformed CSV row ({error}).") from None
-    if not "".join(row).strip():  # A blank line (outside quotes) holds no row.
-      continue
-    if len(row) != len(header):
-      raise io.DataFormatError(f"{path}:{reader.line_num}: expected {len(header)} fields, found {len(row)}: "
-                               f"{lines[reader.line_num - 1][:100]!r}")
-    yield reader.line_num, dict(zip(header, row))
+def _csv_records(path: epath.Path, columns: Sequence[str]) -> Iterable[tuple[int, dict[str, str]]]:
+  """Yields (line number, row by column) of a CSV file with a header holding at least `columns`."""
+  header, rows = io.csv_rows(path, columns)
+  return ((line, dict(zip(header, row))) for line, row in rows)
 
 
 def _integer(path: epath.Path, line: int, name: str, value: str) -> int:
@@ -191,7 +170,7 @@ def read_movielens(directory: epath.PathLike) -> MovieLens:
     raise FileNotFoundError(f"{directory}: no movies.csv (a MovieLens directory such as ml-latest-small).")
   titles: dict[str, str] = {}
   genres: dict[str, list[str]] = {}
-  for line, row in read_csv(movies_path, ("movieId", "title", "genres")):
+  for line, row in _csv_records(movies_path, ("movieId", "title", "genres")):
     movie = str(_integer(movies_path, line, "movieId", row["movieId"]))
     if movie in titles:
       raise io.DataFormatError(f"{movies_path}:{line}: duplicate movieId {movie}.")
@@ -201,7 +180,7 @@ def read_movielens(directory: epath.PathLike) -> MovieLens:
   users: dict[str, dict[str, set[str]]] = collections.defaultdict(lambda: collections.defaultdict(set))
   tags_path = io.find_file(directory, "tags.csv")
   if tags_path is not None:
-    for line, row in read_csv(tags_path, ("userId", "movieId", "tag")):
+    for line, row in _csv_records(tags_path, ("userId", "movieId", "tag")):
       movie = str(_integer(tags_path, line, "movieId", row["movieId"]))
       tag = row["tag"].strip().lower()
       if movie not in titles:
@@ -214,7 +193,7 @@ def read_movielens(directory: epath.PathLike) -> MovieLens:
   imdb_to_movie: dict[int, str] = {}
   links_path = io.find_file(directory, "links.csv")
   if links_path is not None:
-    for line, row in read_csv(links_path, ("movieId", "imdbId")):
+    for line, row in _csv_records(links_path, ("movieId", "imdbId")):
       movie = str(_integer(links_path, line, "movieId", row["movieId"]))
       if not row["imdbId"].strip():
         skipped["links without imdbId"] += 1
@@ -341,7 +320,7 @@ def read_reviews2movielens(directory: epath.PathLike) -> RawReviews:
   movielens = read_movielens(directory / "movielens")
   skipped = collections.Counter(movielens.skipped)
   asin_to_movie: dict[str, str] = {}
-  for line, row in read_csv(mapping_path, ("asin", "canon_asin", "movielens_id")):
+  for line, row in _csv_records(mapping_path, ("asin", "canon_asin", "movielens_id")):
     if not row["movielens_id"].strip():
       continue
     movie = str(_integer(mapping_path, line, "movielens_id", row["movielens_id"]))
@@ -376,7 +355,7 @@ def read_reviews2movielens(directory: epath.PathLike) -> RawReviews:
 # Any directory of TSV files.
 
 
-def _tsv_rows(path: epath.Path, num_fields: int) -> Iterable[tuple[int, list[str]]]:
+def _entity_tsv_rows(path: epath.Path, num_fields: int) -> Iterable[tuple[int, list[str]]]:
   for number, line in io.row_lines(path):
     fields = line.split("\t", num_fields - 1)
     if len(fields) != num_fields or not fields[0].strip():
@@ -403,13 +382,13 @@ def read_review_tsv(directory: epath.PathLike) -> RawReviews:
   if reviews_path is None:
     raise FileNotFoundError(f"{directory}: no reviews.tsv (entity_id<TAB>text).")
   reviews: dict[str, list[str]] = collections.defaultdict(list)
-  for _, (entity, text) in _tsv_rows(reviews_path, 2):
+  for _, (entity, text) in _entity_tsv_rows(reviews_path, 2):
     reviews[entity].append(text)
   skipped: collections.Counter = collections.Counter()
   titles: dict[str, str] = {}
   entities_path = io.find_file(directory, "entities.tsv")
   if entities_path is not None:
-    for number, (entity, title) in _tsv_rows(entities_path, 2):
+    for number, (entity, title) in _entity_tsv_rows(entities_path, 2):
       if entity in titles:
         raise io.DataFormatError(f"{entities_path}:{number}: duplicate entity id {entity!r}.")
       titles[entity] = title.strip()
@@ -417,7 +396,7 @@ def read_review_tsv(directory: epath.PathLike) -> RawReviews:
   tags: dict[str, dict[str, int]] = collections.defaultdict(dict)
   tags_path = io.find_file(directory, "tags.tsv")
   if tags_path is not None:
-    for number, (entity, tag, votes) in _tsv_rows(tags_path, 3):
+    for number, (entity, tag, votes) in _entity_tsv_rows(tags_path, 3):
       tag = tag.strip().lower()
       if not tag:
         raise io.DataFormatError(f"{tags_path}:{number}: empty tag.")
@@ -430,7 +409,7 @@ def read_review_tsv(directory: epath.PathLike) -> RawReviews:
   genres: dict[str, list[str]] = collections.defaultdict(list)
   genres_path = io.find_file(directory, "genres.tsv")
   if genres_path is not None:
-    for number, (entity, genre) in _tsv_rows(genres_path, 2):
+    for number, (entity, genre) in _entity_tsv_rows(genres_path, 2):
       if not genre.strip():
         raise io.DataFormatError(f"{genres_path}:{number}: empty genre.")
       if entity not in reviews:

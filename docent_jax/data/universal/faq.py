@@ -96,7 +96,7 @@ def read_faq_tsv(faq_path: epath.PathLike, query_path: epath.PathLike,
   """
   items: list[FaqItem] = []
   item_lines: dict[str, int] = {}
-  for number, (identifier, question, answer) in _tsv_rows(faq_path, FAQ_COLUMNS, optional_last=False):
+  for number, (identifier, question, answer) in _faq_tsv_rows(faq_path, FAQ_COLUMNS, optional_last=False):
     io.check_new_id(faq_path, number, identifier, item_lines)
     if not question:
       raise io.DataFormatError(f"{faq_path}:{number}: FAQ item {identifier!r} has an empty question.")
@@ -104,7 +104,7 @@ def read_faq_tsv(faq_path: epath.PathLike, query_path: epath.PathLike,
   item_index = {item.id: i for i, item in enumerate(items)}
   queries, splits = [], []
   query_lines: dict[str, int] = {}
-  for number, (identifier, text, faq_id, *split_column) in _tsv_rows(query_path, QUERY_COLUMNS, optional_last=True):
+  for number, (identifier, text, faq_id, *split_column) in _faq_tsv_rows(query_path, QUERY_COLUMNS, optional_last=True):
     io.check_new_id(query_path, number, identifier, query_lines)
     if not text:
       raise io.DataFormatError(f"{query_path}:{number}: query {identifier!r} is empty.")
@@ -213,7 +213,7 @@ def seeded_holdout(count: int, fraction: float, seed: int) -> tuple[np.ndarray, 
   return np.sort(order[held:]), np.sort(order[:held])
 
 
-def _tsv_rows(path: epath.PathLike, columns: Sequence[str], optional_last: bool) -> list[tuple[int, list[str]]]:
+def _faq_tsv_rows(path: epath.PathLike, columns: Sequence[str], optional_last: bool) -> list[tuple[int, list[str]]]:
   """(line number, stripped fields) of the rows after an optional header; every row has all `columns` or,
   when the last is optional, every row has as many fields as the first."""
   rows: list[tuple[int, list[str]]] = []
