@@ -96,6 +96,9 @@ _COLLECTIVE = re.compile(r"=\s*(.+?)\s+(all-gather|all-reduce|reduce-scatter|all
 _LAYOUT = re.compile(r"\{[^}]*\}")
 _ARRAY = re.compile(r"(pred|[a-z]+\d+)\[([\d,]*)\]")
 _SEARCH_QUERIES = 256  # Queries per compiled search call (`ExactSearch`'s default batch).
+# The share of a chip's memory the batch search aims at: near the limit, memory grows faster than the line through
+# two smaller batches says, so a batch aimed at the whole of it often fails the check.
+_TARGET_SHARE = 0.95
 
 
 def topology_devices(topology: str, num_slices: int = 1) -> tuple[Chip, list[Any]]:
@@ -277,39 +280,44 @@ def compile_search(mesh: Any, num_entities: int, dim: int, k: int = 10) -> Any:
 
 
 def largest_fitting_batch(needs: Callable[[int], int], start: int, multiple: int, capacity: int,
-                          limit: int = 8) -> int | None:
-  """The largest global batch (a multiple of `multiple`) whose step needs at most `capacity` bytes per device,
-  by `needs(batch)` (one compile each, at most `limit`): from `start`, doubling while it fits; when it does not,
-  a guess in proportion to the bytes; once one batch fits and another does not, the batch where the line
-  through their bytes meets the capacity (memory grows about linearly with the batch). None when no batch it
-  tried fits."""
-  low = high = None
-  needed_at: dict[int, int] = {}
-  batch = start
-  for _ in range(limit):
-    needed_at[batch] = needs(batch)
-    if needed_at[batch] <= capacity:
-      low = batch
-    else:
-      high = batch
-    if high is None:
-      batch = low * 2
-    elif low is None:
-      guess = int(batch * capacity / needed_at[batch] * 0.95) // multiple * multiple
-      batch = max(multiple, min(guess, high // 2 // multiple * multiple))
-      if batch == high:
-        return None
-    else:
-      slope = (needed_at[high] - needed_at[low]) / (high - low)
-      guess = low + (capacity - needed_at[low]) / slope if slope > 0 else (low + high) / 2
-      batch = min(int(guess) // multiple * multiple, high - multiple)
-      if batch <= low:
+                          limit: int = 3) -> int | None:
+  """The largest global batch (a multiple of `multiple`) that a compile found to need at most `capacity` bytes per
+  device, by `needs(batch)` (one compile each, `start`'s included, `limit` at most); None when none of them fits.
+
+  Memory is modelled as a fixed part and a part per example (a line through two compiles): after `start`, a
+  batch well inside the capacity (twice `start` where it fits, else half the batch at which a line through the
+  origin and `start` meets the capacity); then the batch where the line through the two meets `_TARGET_SHARE`
+  of the capacity, which a compile checks. Each further compile moves the line to the two batches whose needs
+  lie nearest the capacity (near it memory is not quite linear: the compiler trades memory for recomputation),
+  or, where the line points outside the batches between the largest fit and the smallest misfit, takes their
+  geometric mean.
+  """
+  measured: dict[int, int] = {start: needs(start)}
+  if limit >= 2:
+    second = (2 * start if measured[start] <= capacity else
+              max(multiple, int(start * capacity / measured[start] / 2) // multiple * multiple))
+    if second != start:
+      measured[second] = needs(second)
+  while 2 <= len(measured) < limit:
+    largest_fit = max((batch for batch, needed in measured.items() if needed <= capacity), default=0)
+    smallest_misfit = min((batch for batch, needed in measured.items() if needed > capacity), default=None)
+    first, second = sorted(measured, key=lambda batch: abs(measured[batch] - capacity))[:2]
+    slope = (measured[first] - measured[second]) / (first - second)
+    target = (int(first + (_TARGET_SHARE * capacity - measured[first]) / slope) // multiple * multiple
+              if slope > 0 else 0)
+    if not largest_fit < target < (smallest_misfit or target + 1):
+      if not largest_fit or smallest_misfit is None:
         break
-  return low
+      # The line says nothing new (memory far from linear between the two): halve the gap, on a log scale.
+      target = int(math.sqrt(largest_fit * smallest_misfit)) // multiple * multiple
+      if not largest_fit < target < smallest_misfit:
+        break
+    measured[target] = needs(target)
+  return max((batch for batch, needed in measured.items() if needed <= capacity), default=None)
 
 
 def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, shapes: dict[str, int],
-           search_batch: bool = False, batch_compiles: int = 8) -> dict[str, Any]:
+           search_batch: bool = False, batch_compiles: int = 3) -> dict[str, Any]:
   """Compiles the config's training step and search for the topology; the report (see the module docstring)."""
   chip, devices = topology_devices(topology, num_slices)
   config = with_local_encoder(config)
@@ -425,7 +433,8 @@ if __name__ == "__main__":
   flags.DEFINE_integer("num_entities", 0, "Entities, over the benchmark's and the config's `shapes` block.")
   flags.DEFINE_integer("num_relations", 0, "Relations (BLP), over the benchmark's and the config's `shapes` block.")
   flags.DEFINE_bool("search_batch", False, "Also find the largest batch that fits when the config's fits.")
-  flags.DEFINE_integer("batch_compiles", 8, "Compiles at most spent finding the largest batch that fits.")
+  flags.DEFINE_integer("batch_compiles", 3, "Compiles at most, the config's batch included, spent finding the largest "
+                       "batch that fits.")
   flags.DEFINE_string("output", "", "Where the report (JSON) goes; empty: the log only.")
   flags.mark_flags_as_required(["config", "topology"])
   cli.run(main, "compile_for_tpu", flags_parser=lambda argv: flags.FLAGS(argv))

@@ -25,7 +25,7 @@ class Method:
   loadable: bool = True  # False where a run's model needs more than its own params (tag scorers: their parent's).
 
 
-OBJECTIVES: dict[str, Method] = {
+METHODS: dict[str, Method] = {
     "blp": Method("docent_jax.objectives.blp:BlpObjective",
                   "docent_jax.inference.link_prediction:LinkPredictionModel", BLP),
     "cross_encoder": Method("docent_jax.objectives.pair_matching:CrossEncoderObjective",
@@ -55,9 +55,9 @@ def _imported(path: str) -> Any:
 
 
 def _method(name: str) -> Method:
-  if name not in OBJECTIVES:
-    raise ValueError(f"Unknown objective {name!r}; valid objectives: {sorted(OBJECTIVES)}.")
-  return OBJECTIVES[name]
+  if name not in METHODS:
+    raise ValueError(f"Unknown objective {name!r}; valid objectives: {sorted(METHODS)}.")
+  return METHODS[name]
 
 
 def objective_class(name: str) -> type:
@@ -81,4 +81,4 @@ def paper(name: str) -> str:
 
 
 def loadable_objectives() -> list[str]:
-  return sorted(name for name, method in OBJECTIVES.items() if method.loadable)
+  return sorted(name for name, method in METHODS.items() if method.loadable)

@@ -99,19 +99,24 @@ def test_blps_step_on_a_v4_8_is_data_parallel_and_the_report_holds_every_figure(
   assert {c["op"] for c in ranking["collectives"]} == {"all-reduce"}, ranking["collectives"]
 
 
-def test_the_largest_fitting_batch_is_found_by_doubling_a_proportional_guess_and_bisection():
+def test_the_largest_fitting_batch_is_checked_by_the_third_compile_from_a_line_through_two():
   calls = []
 
   def needs(batch):  # 1 GiB of params and state, 1 MiB per example.
     calls.append(batch)
     return (1 << 30) + batch * (1 << 20)
 
-  capacity = 16 << 30  # 15,360 examples fit.
-  assert compile_for_tpu.largest_fitting_batch(needs, 64, 8, capacity, limit=20) == 15360
-  calls.clear()
-  found = compile_for_tpu.largest_fitting_batch(needs, 1 << 20, 8, capacity)  # From far above: the guess.
-  assert len(calls) <= 8 and found % 8 == 0 and 14000 <= found <= 15360 and needs(found) <= capacity
+  capacity = 16 << 30  # 15,360 examples fit; 95% of it holds 14,540.
+  for start in (64, 1 << 20):  # From below (the config's batch fits: --search_batch) and from far above.
+    calls.clear()
+    assert compile_for_tpu.largest_fitting_batch(needs, start, 8, capacity) == 14536
+    assert len(calls) == 3 and calls[0] == start
   assert compile_for_tpu.largest_fitting_batch(lambda batch: capacity + 1, 1024, 8, capacity) is None
+  # Memory that grows half as fast again above 12,000 examples (14,336 fit): more compiles come closer.
+  steeper = lambda batch: (1 << 30) + batch * (1 << 20) + max(0, batch - 12000) * (1 << 19)
+  found = [compile_for_tpu.largest_fitting_batch(steeper, 1 << 20, 8, capacity, limit=limit) for limit in (3, 8)]
+  assert all(steeper(batch) <= capacity for batch in found) and 10000 <= found[0] <= found[1] <= 14336
+  assert found[1] > 13500
 
 
 def test_a_batch_that_does_not_fit_exits_1_with_one_line_naming_the_need_and_the_chip(tmp_path):

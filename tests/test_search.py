@@ -102,12 +102,12 @@ def test_ann_recall_at_10_against_exact_search(clustered_index):
   vectors, queries, index = clustered_index
   truth = search.ExactSearch(vectors).search(queries, 10)[1]
   scores, indices = index.search(queries, 10)
-  assert search.recall_at_k(indices, truth) > 0.9
+  assert search.neighbour_recall(indices, truth) > 0.9
   # Flat lists: the scores are the exact inner products of the vectors found, best first.
   np.testing.assert_allclose(scores, np.einsum("qd,qkd->qk", queries, vectors[indices]), atol=1e-5)
   assert (np.diff(scores, axis=1) <= 0).all()
   # Scanning every list is exact.
-  assert search.recall_at_k(index.search(queries, 10, nprobe=64)[1], truth) == 1.0
+  assert search.neighbour_recall(index.search(queries, 10, nprobe=64)[1], truth) == 1.0
 
 
 def test_ann_index_round_trips_through_a_directory(clustered_index, tmp_path):
@@ -131,7 +131,7 @@ def test_ann_index_saves_to_gs_paths_and_keeps_cosine(gcs_bucket):
   for got, want in zip(loaded.search(queries, 5), index.search(queries, 5)):
     np.testing.assert_array_equal(got, want)
   truth = search.ExactSearch(vectors, normalize=True).search(queries, 5)[1]
-  assert search.recall_at_k(loaded.search(queries, 5, nprobe=16)[1], truth) >= 0.9
+  assert search.neighbour_recall(loaded.search(queries, 5, nprobe=16)[1], truth) >= 0.9
 
 
 def test_ann_index_adds_in_chunks_like_a_whole_build():

@@ -162,7 +162,7 @@ def bench_size(data: str, num_vectors: int, dim: int, num_queries: int, nprobes:
                   "gflop_per_s": round(2 * num_vectors * dim * num_queries / seconds / 1e9, 1), "recall_at_10": 1.0}
   del exact, vectors
   gc.collect()
-  ann["by_nprobe"] = [{"nprobe": r["nprobe"], "recall_at_10": round(search.recall_at_k(r["found"], truth), 4),
+  ann["by_nprobe"] = [{"nprobe": r["nprobe"], "recall_at_10": round(search.neighbour_recall(r["found"], truth), 4),
                        "queries_per_s": r["queries_per_s"]} for r in ann_results]
   row.update(status="ok", ann=ann)
   return row
@@ -244,7 +244,7 @@ def compare_libraries(data: str, num_vectors: int, dim: int, num_queries: int) -
     points = []
     for value in values:
       found, seconds = timed(lambda find=find, value=value: find(queries, value), REPEATS)
-      points.append({knob: value, "recall_at_10": round(search.recall_at_k(np.asarray(found), truth), 4),
+      points.append({knob: value, "recall_at_10": round(search.neighbour_recall(np.asarray(found), truth), 4),
                      "queries_per_s": round(num_queries / seconds, 1)})
     results.append({"library": library, "index": setting, "num_vectors": num_vectors, "dim": dim, "data": data,
                     "build_s": round(build_s, 2), "knob": knob, "points": points,

@@ -328,8 +328,9 @@ def default_num_lists(num_vectors: int) -> int:
   return int(max(1, min(2048, round(4 * math.sqrt(num_vectors)))))
 
 
-def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:
-  """Mean fraction of each row of `truth` [q, k] (exact indices) found in the same row of `found` [q, k]."""
+def neighbour_recall(found: np.ndarray, truth: np.ndarray) -> float:
+  """How much of the exact search an approximate one finds: the mean fraction of each row of `truth` [q, k] (the
+  exact neighbours' indices) found in the same row of `found` [q, k]."""
   found, truth = np.asarray(found), np.asarray(truth)
   hits = (found[:, :, None] == truth[:, None, :]).any(axis=1)
   return float(hits.mean())

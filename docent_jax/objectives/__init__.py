@@ -1,1 +1,1 @@
-"""Training objectives, one module per method; `methods.OBJECTIVES` names each by its `config.objective`."""
+"""Training objectives, one module per method; `methods.METHODS` names each by its `config.objective`."""
