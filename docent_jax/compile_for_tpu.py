@@ -85,11 +85,6 @@ DATASET_SHAPES: dict[str, dict[str, int]] = {
     "imdb_movielens": {"num_entities": 812},
     "reviews2movielens": {"num_entities": 81057},  # The DOCENT paper's Amazon movies.
 }
-# Objectives whose step compiles from shapes alone (`Objective.from_shapes`, `batch_shapes`).
-COMPILABLE = ("blp", "docent_dual", "docent_hybrid", "supcon", "universal")
-# The counts each objective's params or search need from the data.
-NEEDED_SHAPES = {"blp": ("num_relations",), "docent_dual": ("num_entities",), "docent_hybrid": ("num_entities",),
-                 "supcon": (), "universal": ()}
 DEFAULT_TOKENIZER = "minilm-l6"  # A tokenizer shipped as a package: its vocabulary sizes a fresh encoder.
 _COLLECTIVE = re.compile(r"=\s*(.+?)\s+(all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)"
                          r"(?:-start)?\(")
@@ -234,11 +229,11 @@ def config_shapes(config: ml_collections.ConfigDict) -> dict[str, int]:
 def build_objective(config: ml_collections.ConfigDict, devices: list[Any],
                     shapes: dict[str, int]) -> objective_base.Objective:
   """The config's objective from shapes alone, on a mesh of `devices`."""
-  if config.objective not in COMPILABLE:
-    raise app.UsageError(f"config.objective={config.objective!r}: compiles from shapes for {list(COMPILABLE)} so "
-                         "far.")
   mesh = parallel.create_mesh(config.mesh, devices)
-  return methods.objective_class(config.objective).from_shapes(config, mesh, shapes)
+  try:
+    return methods.objective_class(config.objective).from_shapes(config, mesh, shapes)
+  except NotImplementedError as error:
+    raise app.UsageError(str(error)) from None
 
 
 @_without_compilation_cache()
@@ -348,7 +343,7 @@ def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, sh
   started = time.time()
   functions["encode"] = {**compiled_report(lambda: compile_encode(objective, params, eval_batch), chip),
                          "compile_seconds": round(time.time() - started, 1), "batch_size": eval_batch}
-  dim = objective.vector_width() if hasattr(objective, "vector_width") else None
+  dim = objective.vector_width()
   if "num_entities" in shapes and dim:  # A model with an entity set to search.
     started = time.time()
     functions["search_top_k"] = {**compiled_report(lambda: compile_search(mesh, shapes["num_entities"], dim), chip),
@@ -399,7 +394,7 @@ def main(argv: list[str]) -> None:
   shapes = config_shapes(config)
   shapes.update({key: value for key, value in (("num_entities", FLAGS.num_entities),
                                                ("num_relations", FLAGS.num_relations)) if value})
-  missing = [key for key in NEEDED_SHAPES.get(config.objective, ()) if key not in shapes]
+  missing = [key for key in methods.objective_class(config.objective).shapes_needed if key not in shapes]
   if missing:
     raise app.UsageError(f"config.data.dataset={config.data.get('dataset', '')!r} has no known shapes: set "
                          "config.shapes or pass "

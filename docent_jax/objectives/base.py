@@ -33,6 +33,9 @@ class Objective(abc.ABC):
   # Where the text encoder's params sit in the params tree, so that a run can start from the encoder of
   # another objective's run (`model_init`), wherever that one keeps it.
   encoder_path: tuple[str, ...] = ("bert",)
+  # The counts of the data (`compile_for_tpu`'s shapes: num_entities, num_relations) that size its params or
+  # its search when it is built from shapes alone (`from_shapes`).
+  shapes_needed: tuple[str, ...] = ()
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
     self.config = config
@@ -43,6 +46,21 @@ class Objective(abc.ABC):
   @abc.abstractmethod
   def init_variables(self, rng: jax.Array) -> Any:
     """Freshly initialised params, boxed with logical axis names (`nn.with_logical_partitioning`)."""
+
+  @classmethod
+  def from_shapes(cls, config: ml_collections.ConfigDict, mesh: Mesh, shapes: dict[str, int]) -> "Objective":
+    """The objective without its data (`shapes` holds `shapes_needed`): params, loss and batch shapes, for
+    compiling its step ahead of time."""
+    raise NotImplementedError(f"config.objective={config.objective!r}: {cls.__name__} does not build from shapes "
+                              "alone yet.")
+
+  def batch_shapes(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """One global training batch's arrays as shapes (at full width), for compiling the step from shapes alone."""
+    raise NotImplementedError(f"{type(self).__name__} does not give its batch shapes.")
+
+  def vector_width(self) -> int | None:
+    """The width of the vectors its model searches (entities, texts); None where it searches none."""
+    return None
 
   @classmethod
   def config_rules(cls) -> tuple[tuple[str, Any, str], ...]:

@@ -78,6 +78,8 @@ class BlpObjective(base.Objective):
   def encoder_path(self) -> tuple[str, ...]:
     return self.model().encoder_path
 
+  shapes_needed = ("num_relations",)
+
   @classmethod
   def from_shapes(cls, config: ml_collections.ConfigDict, mesh: Mesh, shapes: dict[str, int]) -> "BlpObjective":
     """The objective without its data (`shapes["num_relations"]`; the tokenizer is the config's): params, loss

@@ -67,6 +67,8 @@ class DocentDualObjective(base.Objective):
     """The Flax module the loss applies: its model's (`model()`), the one evaluation and `load()` use."""
     return self.model().module
 
+  shapes_needed = ("num_entities",)
+
   @classmethod
   def from_shapes(cls, config: ml_collections.ConfigDict, mesh: Mesh,
                   shapes: dict[str, int]) -> "DocentDualObjective":
