@@ -13,10 +13,10 @@ set to "off", turns it off. It stays off for computations over several CPU devic
 processes joined by `jax.distributed` (`off_for_cpu_collectives`). XLA:CPU executables read back from the cache can
 run one device's collectives in another order than the next device's, and both then wait for ever (an all-reduce on
 one device, an all-gather on the other, in one execution; XLA ends the process after 40 s). Freshly compiled ones
-never did (docs/scaling.md, "The cache and the test suite"). Several processes may share one cache (pytest-xdist workers, a pod's hosts): JAX writes
-each entry to a file of its own name. A local cache is capped at `MAX_BYTES` when a process starts, the least
-recently used entries going first (a bucket's own lifecycle rules cap a gs:// one); clearing it is removing its
-directory (`cache_dir()` names it).
+never did (docs/scaling.md, "The cache and the test suite"). Several processes may share one cache (pytest-xdist
+workers, a pod's hosts): JAX writes each entry to a file of its own name. A local cache is capped at `MAX_BYTES`
+when a process starts, the least recently used entries going first (a bucket's own lifecycle rules cap a gs:// one);
+clearing it is removing its directory (`cache_dir()` names it).
 
 JAX's own cap (jax_compilation_cache_max_size) stays off: it lists and reads every entry's access time under a file
 lock before each write, which made the test suite's cold run slower than no cache at all, and an entry whose access

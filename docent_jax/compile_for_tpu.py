@@ -289,19 +289,19 @@ def largest_fitting_batch(needs: Callable[[int], int], start: int, multiple: int
   """
   measured: dict[int, int] = {start: needs(start)}
   if limit >= 2:
-    second = (2 * start if measured[start] <= capacity else
+    inside = (2 * start if measured[start] <= capacity else
               max(multiple, int(start * capacity / measured[start] / 2) // multiple * multiple))
-    if second != start:
-      measured[second] = needs(second)
+    if inside != start:
+      measured[inside] = needs(inside)
   while 2 <= len(measured) < limit:
     largest_fit = max((batch for batch, needed in measured.items() if needed <= capacity), default=0)
-    smallest_misfit = min((batch for batch, needed in measured.items() if needed > capacity), default=None)
+    smallest_misfit = min((batch for batch, needed in measured.items() if needed > capacity), default=math.inf)
     first, second = sorted(measured, key=lambda batch: abs(measured[batch] - capacity))[:2]
     slope = (measured[first] - measured[second]) / (first - second)
     target = (int(first + (_TARGET_SHARE * capacity - measured[first]) / slope) // multiple * multiple
               if slope > 0 else 0)
-    if not largest_fit < target < (smallest_misfit or target + 1):
-      if not largest_fit or smallest_misfit is None:
+    if not largest_fit < target < smallest_misfit:
+      if not largest_fit or smallest_misfit == math.inf:
         break
       # The line says nothing new (memory far from linear between the two): halve the gap, on a log scale.
       target = int(math.sqrt(largest_fit * smallest_misfit)) // multiple * multiple
