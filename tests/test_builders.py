@@ -209,6 +209,8 @@ def test_config_names():
     kg_builders.parse_config_name("subgraph")
   with pytest.raises(ValueError, match="Unknown knowledge graph"):
     tfds_loading.make_builder(knowledge_graph.BUILDERS, "no_such_graph")
+  with pytest.raises(ValueError, match="'wordnet_kg/subgraph_1000' names its config; do not also pass options"):
+    tfds_loading.make_builder(knowledge_graph.BUILDERS, "wordnet_kg/subgraph_1000", options=(3000, 0))
 
 
 def test_builds_and_reads_without_tensorflow(tmp_path):

@@ -12,6 +12,7 @@ import pytest
 
 from configs import supcon as supcon_config
 from docent_jax import compile_for_tpu
+from docent_jax import methods
 from docent_jax import trainer as trainers
 import kg_fixtures
 import review_fixtures
@@ -219,3 +220,13 @@ def test_tpu_compiles_bypass_the_persistent_cache_which_stays_on_for_the_rest(tm
     for name, value in kept.items():
       jax.config.update(name, value)
     compilation_cache.reset_cache()
+
+
+def test_an_objective_that_cannot_build_from_shapes_says_so_and_needs_no_shapes():
+  faq = methods.objective_class("faq_retrieval")
+  assert faq.shapes_needed == () and methods.objective_class("blp").shapes_needed == ("num_relations",)
+  config = tiny_training.shrink(universal_fixtures.tiny_faq_config(pathlib.Path("unread"), pathlib.Path("unread")),
+                                pathlib.Path("unread"), max_len=16)
+  with pytest.raises(NotImplementedError, match="config.objective='faq_retrieval': FaqRetrievalObjective does not "
+                                                "build from shapes alone yet"):
+    faq.from_shapes(config, None, {})

@@ -87,3 +87,18 @@ def test_gs_paths(gcs_bucket):
   with pytest.raises(io.DataFormatError, match=r"^gs://bucket/rows.txt.gz:1: bytes"):
     (bucket / "rows.txt.gz").write_bytes(gzip.compress(b"\xff"))
     io.read_lines("gs://bucket/rows.txt.gz")
+
+
+def test_csv_rows_name_the_line_of_each_fault_and_a_quoted_row_ends_on_its_last(tmp_path):
+  path = tmp_path / "t.csv"
+  path.write_text('id,text\n1,"two\nlines"\n\n2,plain\n3\n')
+  header, rows = io.csv_rows(path, ("id",))
+  assert header == ["id", "text"]
+  assert next(rows) == (3, ["1", "two\nlines"]) and next(rows) == (5, ["2", "plain"])  # The blank line holds no row.
+  with pytest.raises(io.DataFormatError, match=r"t.csv:6: expected 2 fields, found 1 \(header: id,text\): '3'"):
+    next(rows)
+  with pytest.raises(io.DataFormatError, match=r"t.csv:1: header \['id', 'text'\] lacks columns \['label'\]"):
+    io.csv_rows(path, ("id", "label"))
+  (tmp_path / "empty.csv").write_text("")
+  with pytest.raises(io.DataFormatError, match="empty.csv: file is empty"):
+    io.csv_rows(tmp_path / "empty.csv")

@@ -93,9 +93,7 @@ def csv_rows(path: epath.PathLike, required: Sequence[str] = ()) -> tuple[list[s
   # Line ends restored, so that a quoted field of several lines keeps its line breaks.
   reader = csv.reader((line + "\n" for line in lines), strict=True)
   try:
-    header = [name.strip() for name in next(reader)]
-  except StopIteration:
-    raise DataFormatError(f"{path}:1: no CSV header; the file is empty.") from None
+    header = [name.strip() for name in next(reader)]  # `read_lines` refused an empty file.
   except csv.Error as error:
     raise DataFormatError(f"{path}:1: malformed CSV header ({error}).") from None
   missing = [name for name in required if name not in header]
