@@ -48,12 +48,11 @@ from docent_jax import methods
 from docent_jax import outputs
 from docent_jax import parallel
 from docent_jax import trainer as trainers
-from docent_jax.evaluation import link_prediction
+from docent_jax.evaluation import registry as evaluator_registry
 from docent_jax.inference import search
 from docent_jax.models import entity_table
 from docent_jax.models import pretrained
 from docent_jax.objectives import base as objective_base
-from docent_jax.objectives import blp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,23 +230,21 @@ def build_objective(config: ml_collections.ConfigDict, devices: list[Any],
   """The config's objective from shapes alone, on a mesh of `devices`."""
   mesh = parallel.create_mesh(config.mesh, devices)
   try:
-    return methods.objective_class(config.objective).from_shapes(config, mesh, shapes)
-  except NotImplementedError as error:
+    return methods.objective_class(config.objective)(config, mesh, objective_base.Shapes(shapes))
+  except ValueError as error:
     raise app.UsageError(str(error)) from None
 
 
 @_without_compilation_cache()
-def compile_train_step(config: ml_collections.ConfigDict, objective: objective_base.Objective,
-                       global_batch_size: int) -> Any:
-  """The trainer's own jitted step for one global batch size, compiled for the objective's mesh."""
-  config = ml_collections.ConfigDict(config.to_dict())
-  config.train.global_batch_size = global_batch_size
-  objective.config = config
-  trainer = trainers.Trainer(config, "unused", objective=objective)
+def compile_train_step(trainer: trainers.Trainer, global_batch_size: int) -> Any:
+  """The trainer's own jitted step for one global batch, compiled for its mesh: the batch's rows split over the data
+  axis, its shared entries (`shared_batch_keys`) whole on every device."""
+  objective = trainer.objective
+  split, whole = parallel.batch_sharding(trainer.mesh), parallel.replicated(trainer.mesh)
+  batch = {key: jax.ShapeDtypeStruct(value.shape, value.dtype,
+                                     sharding=whole if key in objective.shared_batch_keys else split)
+           for key, value in objective.batch_shapes(global_batch_size).items()}
   state = trainer.abstract_state()
-  batch = objective.batch_shapes(global_batch_size)
-  sharding = parallel.batch_sharding(trainer.mesh)
-  batch = {key: jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding) for key, value in batch.items()}
   step = trainer.compile_train_step(state, jax.tree.map(lambda x: x.sharding, batch))
   return step.lower(state, batch).compile()
 
@@ -311,18 +308,22 @@ def largest_fitting_batch(needs: Callable[[int], int], start: int, multiple: int
   return max((batch for batch, needed in measured.items() if needed <= capacity), default=None)
 
 
+def _timed_report(compile_fn: Callable[[], Any], chip: Chip, **facts: Any) -> dict[str, Any]:
+  started = time.time()
+  return {**compiled_report(compile_fn, chip), "compile_seconds": round(time.time() - started, 1), **facts}
+
+
 def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, shapes: dict[str, int],
            search_batch: bool = False, batch_compiles: int = 3) -> dict[str, Any]:
   """Compiles the config's training step and search for the topology; the report (see the module docstring)."""
   chip, devices = topology_devices(topology, num_slices)
   config = with_local_encoder(config)
   objective = build_objective(config, devices, shapes)
+  trainer = trainers.Trainer(config, "unused", objective=objective)
   mesh = objective.mesh
-  started = time.time()
-  compile_step = lambda batch: compiled_report(lambda: compile_train_step(config, objective, batch), chip)
-  train_step = compile_step(config.train.global_batch_size)
-  train_step["compile_seconds"] = round(time.time() - started, 1)
-  train_step["global_batch_size"] = config.train.global_batch_size
+  compile_step = lambda batch: compiled_report(lambda: compile_train_step(trainer, batch), chip)
+  train_step = _timed_report(lambda: compile_train_step(trainer, config.train.global_batch_size), chip,
+                             global_batch_size=config.train.global_batch_size)
   if train_step["step_seconds_lower_bound"] is not None:
     train_step["projected_seconds"] = train_step["step_seconds_lower_bound"] * config.train.num_steps
   if search_batch or not train_step["fits"]:
@@ -338,27 +339,24 @@ def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, sh
         needs, config.train.global_batch_size, multiple, chip.hbm_bytes, limit=batch_compiles)
     train_step["batches_tried"] = {str(batch): needed for batch, needed in sorted(measured.items())}
   functions = {"train_step": train_step}
-  eval_batch = config.model.inference_batch_size
-  params = trainers.Trainer(config, "unused", objective=objective).abstract_state().params
-  started = time.time()
-  functions["encode"] = {**compiled_report(lambda: compile_encode(objective, params, eval_batch), chip),
-                         "compile_seconds": round(time.time() - started, 1), "batch_size": eval_batch}
+  params = trainer.abstract_state().params
   dim = objective.vector_width()
+  if dim:  # A model with a vector of one text.
+    eval_batch = config.model.inference_batch_size
+    functions["encode"] = _timed_report(lambda: compile_encode(objective, params, eval_batch), chip,
+                                        batch_size=eval_batch)
   if "num_entities" in shapes and dim:  # A model with an entity set to search.
-    started = time.time()
-    functions["search_top_k"] = {**compiled_report(lambda: compile_search(mesh, shapes["num_entities"], dim), chip),
-                                 "compile_seconds": round(time.time() - started, 1),
-                                 "num_entities": shapes["num_entities"], "queries": _SEARCH_QUERIES}
-  if isinstance(objective, blp.BlpObjective):
-    queries = max(entry.get("query_batch_size", link_prediction.QUERY_BATCH_SIZE) for entry in config.evals.values()
-                  if entry.get("type") == "link_prediction")
-    started = time.time()
-    functions["block_ranking"] = {
-        **compiled_report(lambda: link_prediction.lowered_ranking(
-            objective.scoring, shapes["num_entities"], dim, shapes["num_relations"], mesh,
-            batch_size=queries).compile(), chip),
-        "compile_seconds": round(time.time() - started, 1), "num_entities": shapes["num_entities"],
-        "queries": queries}
+    functions["search_top_k"] = _timed_report(lambda: compile_search(mesh, shapes["num_entities"], dim), chip,
+                                              num_entities=shapes["num_entities"], queries=_SEARCH_QUERIES)
+  entries: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+  for entry in config.evals.values():
+    entries[entry["type"]].append(dict(entry))
+  for kind, options in entries.items():
+    lowered_programs = evaluator_registry.lowered_programs(kind)
+    if lowered_programs is None:
+      continue
+    for name, (lowered, facts) in lowered_programs(objective.model(), shapes, mesh, dim, options).items():
+      functions[name] = _timed_report(lowered.compile, chip, **facts)
   return {"config": config.get("name", ""), "objective": config.objective, "topology": topology,
           "num_slices": num_slices, "devices": len(devices), "hosts": len({d.process_index for d in devices}),
           "mesh": dict(mesh.shape), "chip": dataclasses.asdict(chip), "shapes": shapes,

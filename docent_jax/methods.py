@@ -3,6 +3,10 @@
 
 Entries are import paths, imported on first use: loading a run imports its model's code, not every method's
 training code (data readers, pipelines).
+
+A method from outside the package needs no entry: `config.objective = "package.module:ObjectiveClass"` names its
+objective (an `objectives.base.Objective`), whose class attributes `model_class` and `paper` name its model and its
+paper (`loadable = False` where its runs do not load alone).
 """
 import dataclasses
 import importlib
@@ -50,14 +54,27 @@ METHODS: dict[str, Method] = {
 
 
 def _imported(path: str) -> Any:
-  module, name = path.split(":")
+  module, _, name = path.partition(":")
   return getattr(importlib.import_module(module), name)
 
 
 def _method(name: str) -> Method:
-  if name not in METHODS:
-    raise ValueError(f"Unknown objective {name!r}; valid objectives: {sorted(METHODS)}.")
-  return METHODS[name]
+  """The package's entry of `name`, or the method that `name` = "package.module:ObjectiveClass" defines."""
+  if name in METHODS:
+    return METHODS[name]
+  module, _, class_name = name.partition(":")
+  if not (module and class_name.isidentifier()):
+    raise ValueError(f"Unknown objective {name!r}; valid objectives: {sorted(METHODS)}, or 'package.module:Class' "
+                     "for an objective defined outside docent_jax.")
+  try:
+    objective = _imported(name)
+  except (ImportError, AttributeError) as error:
+    raise ValueError(f"config.objective={name!r}: cannot import it ({error}).") from None
+  model = getattr(objective, "model_class", None)
+  if model is None:
+    raise ValueError(f"config.objective={name!r}: {class_name} names no model_class (its inference.protocol.Model).")
+  return Method(name, f"{model.__module__}:{model.__qualname__}", getattr(objective, "paper", ""),
+                getattr(objective, "loadable", True))
 
 
 def objective_class(name: str) -> type:

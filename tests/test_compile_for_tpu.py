@@ -8,10 +8,12 @@ import subprocess
 import sys
 
 import jax
+import ml_collections
 import pytest
 
 from configs import supcon as supcon_config
 from docent_jax import compile_for_tpu
+from docent_jax import experiment
 from docent_jax import methods
 from docent_jax import trainer as trainers
 import kg_fixtures
@@ -28,6 +30,22 @@ def _sharded_params(trainer: trainers.Trainer) -> dict[str, tuple[int, ...]]:
   state = trainer.abstract_state()
   return {jax.tree_util.keystr(path): leaf.shape for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]
           if any(axes is not None for axes in leaf.sharding.spec)}
+
+
+def _forms(shape: tuple[int, ...]) -> set[tuple[int, ...]]:
+  """The shapes an array of `shape` may take in HLO, as sorted dims without 1s: adjacent dims merged (a reshape),
+  in any order (a transpose)."""
+  dims = tuple(d for d in shape if d != 1)
+  forms = {tuple(sorted(dims))}
+  for i in range(len(dims) - 1):
+    forms |= _forms((*dims[:i], dims[i] * dims[i + 1], *dims[i + 2:]))
+  return forms
+
+
+def _gathered_params(step: dict, sharded: dict[str, tuple[int, ...]]) -> list[str]:
+  """The sharded params of which a compiled step all-gathers a whole copy (in any of their `_forms`)."""
+  gathered = {tuple(sorted(d for d in shape if d != 1)) for shape in _gathered(step)}
+  return [path for path, shape in sharded.items() if _forms(shape) & gathered]
 
 
 def _gathered(function: dict) -> list[tuple[int, ...]]:
@@ -58,12 +76,11 @@ def test_docents_entity_table_and_every_sharded_param_stay_sharded_on_a_v5e_8_an
   moments = state.opt_state[1][0]
   for params, mu in zip(jax.tree.leaves(state.params), jax.tree.leaves(moments.mu)):
     assert mu.sharding.spec == params.sharding.spec
-  step = compile_for_tpu.analyse(compile_for_tpu.compile_train_step(config, objective, 8), chip)
+  step = compile_for_tpu.analyse(compile_for_tpu.compile_train_step(trainer, 8), chip)
   gathered = _gathered(step)
   table = NUM_ENTITIES * config.model.bert.hidden_size
   assert all(math.prod(shape) < table for shape in gathered), gathered  # Neither the table nor its shards.
-  for path, shape in sharded.items():
-    assert math.prod(shape) not in {math.prod(s) for s in gathered}, (path, gathered)
+  assert not _gathered_params(step, sharded), step["collectives"]
   assert {c["op"] for c in step["collectives"]} <= {"all-gather", "all-reduce", "reduce-scatter", "all-to-all",
                                                   "collective-permute"}
   assert step["fits"] and step["flops"] > 0 and step["step_seconds_lower_bound"] > 0
@@ -154,23 +171,6 @@ def test_supcons_step_compiles_from_shapes_alone_with_replicated_params_never_ga
   assert {shape[-1] for shape in _gathered(step)} <= {config.model.bert.hidden_size}, step["collectives"]
 
 
-def test_universals_step_compiles_from_shapes_alone_with_berts_sharded_params_never_gathered():
-  unread = pathlib.Path("unread")
-  config = universal_fixtures.tiny_config(unread, unread, unread, unread)
-  config.mesh.shape = (4, 2)
-  config.train.global_batch_size = 8
-  chip, devices = compile_for_tpu.topology_devices("v5e:2x4")
-  objective = compile_for_tpu.build_objective(config, devices, {})
-  trainer = trainers.Trainer(config, "unused", objective=objective)
-  sharded = _sharded_params(trainer)
-  assert any("intermediate" in path for path in sharded)  # BERT's FFN, over the model axis.
-  step = compile_for_tpu.analyse(compile_for_tpu.compile_train_step(config, objective, 8), chip)
-  gathered = {math.prod(shape) for shape in _gathered(step)}
-  for path, shape in sharded.items():
-    assert math.prod(shape) not in gathered, (path, step["collectives"])
-  assert step["fits"] and step["flops"] > 0
-
-
 def test_shapes_come_from_the_benchmark_then_the_configs_shapes_block():
   config = kg_fixtures.tiny_config(pathlib.Path("unread"), pathlib.Path("unread"))
   config.data.dataset = "wn18rr"
@@ -190,10 +190,10 @@ def test_fsdp_splits_params_and_adams_moments_over_the_data_axis_on_a_v4_8():
   for fsdp in (False, True):
     config.mesh.fsdp = fsdp
     objective = compile_for_tpu.build_objective(config, devices, {"num_relations": 3})
-    state = trainers.Trainer(config, "unused", objective=objective).abstract_state()
-    kernel = state.params["encoder"]["bert"]["layer_0"]["intermediate"]["kernel"]
+    trainer = trainers.Trainer(config, "unused", objective=objective)
+    kernel = trainer.abstract_state().params["encoder"]["bert"]["layer_0"]["intermediate"]["kernel"]
     assert kernel.sharding.spec[0] == ("data" if fsdp else None)  # [embed, mlp]: embed over the 4 data shards.
-    steps[fsdp] = compile_for_tpu.analyse(compile_for_tpu.compile_train_step(config, objective, 8), chip)
+    steps[fsdp] = compile_for_tpu.analyse(compile_for_tpu.compile_train_step(trainer, 8), chip)
   # Params, gradients and moments held once over the 4 chips instead of on each (the batch and step counts stay).
   assert steps[True]["argument_bytes"] < steps[False]["argument_bytes"] / 2
   assert steps[True]["fits"] and "all-gather" in {c["op"] for c in steps[True]["collectives"]}
@@ -222,11 +222,50 @@ def test_tpu_compiles_bypass_the_persistent_cache_which_stays_on_for_the_rest(tm
     compilation_cache.reset_cache()
 
 
-def test_an_objective_that_cannot_build_from_shapes_says_so_and_needs_no_shapes():
-  faq = methods.objective_class("faq_retrieval")
-  assert faq.shapes_needed == () and methods.objective_class("blp").shapes_needed == ("num_relations",)
-  config = tiny_training.shrink(universal_fixtures.tiny_faq_config(pathlib.Path("unread"), pathlib.Path("unread")),
-                                pathlib.Path("unread"), max_len=16)
-  with pytest.raises(NotImplementedError, match="config.objective='faq_retrieval': FaqRetrievalObjective does not "
-                                                "build from shapes alone yet"):
-    faq.from_shapes(config, None, {})
+def test_an_objective_built_from_shapes_names_a_missing_shape_and_reads_no_data():
+  config = review_fixtures.tiny_config(pathlib.Path("unread"), pathlib.Path("unread"))
+  chip, devices = compile_for_tpu.topology_devices("v5e:2x2")
+  config.mesh.shape = (-1, 1)
+  with pytest.raises(Exception, match=r"config.objective='docent_dual' built from shapes needs num_entities \(set "
+                                      r"config.shapes.num_entities\)"):
+    compile_for_tpu.build_objective(config, devices, {})
+  objective = compile_for_tpu.build_objective(config, devices, {"num_entities": 12})
+  with pytest.raises(ValueError, match=r"built from shapes alone \({'num_entities': 12}\): it has no data"):
+    objective.train_batches(0)
+
+
+def _tiny_runs() -> dict[str, ml_collections.ConfigDict]:
+  """One tiny run config of each method (the first run of that objective among the tiny configs' runs)."""
+  unread = pathlib.Path("unread")
+  configs = [kg_fixtures.tiny_config(unread, unread),
+             tiny_training.shrink(supcon_config.get_config(str(unread)), unread, max_len=16),
+             universal_fixtures.tiny_config(unread, unread, unread, unread),
+             tiny_training.shrink(universal_fixtures.tiny_faq_config(unread, unread), unread, max_len=16),
+             *(review_fixtures.tiny_config(unread, unread, variant=variant) for variant in ("dual", "full", "hybrid"))]
+  runs = {}
+  for config in configs:
+    for run in experiment.model_configs(config):
+      runs.setdefault(run.objective, run)
+  return runs
+
+
+TINY_RUNS = _tiny_runs()
+
+
+def test_every_method_has_a_tiny_run_to_compile():
+  assert sorted(TINY_RUNS) == sorted(methods.METHODS)
+
+
+@pytest.mark.parametrize("objective", sorted(methods.METHODS))
+def test_every_methods_step_compiles_for_a_v5e_8_without_gathering_a_sharded_param(objective):
+  config = ml_collections.ConfigDict(TINY_RUNS[objective].to_dict())
+  config.mesh.shape = (4, 2)  # Data and model axes: BERT's FFN and heads over the model axis, tables over every chip.
+  config.train.global_batch_size = 8
+  chip, devices = compile_for_tpu.topology_devices("v5e:2x4")
+  built = compile_for_tpu.build_objective(config, devices, {"num_entities": NUM_ENTITIES, "num_relations": 3})
+  trainer = trainers.Trainer(config, "unused", objective=built)
+  sharded = _sharded_params(trainer)
+  assert sharded  # Every method's BERT has params split over the model axis.
+  step = compile_for_tpu.analyse(compile_for_tpu.compile_train_step(trainer, 8), chip)
+  assert not _gathered_params(step, sharded), step["collectives"]
+  assert step["fits"] and step["flops"] > 0

@@ -3,8 +3,10 @@ import pathlib
 
 import pytest
 
+from docent_jax.data import tfds_builder
 from docent_jax.data import tfds_loading
 from docent_jax.data.universal import builders as universal_builders
+from docent_jax.data.universal import corpus as universal_corpus
 from docent_jax.data.universal import faq
 from docent_jax.data.universal import nli
 from docent_jax.data.universal import phrases
@@ -113,3 +115,87 @@ def test_real_stackfaq_builder(tfds_dir, shared_data_dir):
   _, sources = _prepare(universal_builders.Faq, "stackfaq", tfds_dir / "real", shared_data_dir / "faq" / "stackfaq")
   assert len(sources["faq"]) == 125
   assert len(sources["train_queries"]) + len(sources["test_queries"]) == 1_249
+
+
+def test_registries_give_the_config_names_the_hand_built_builders_gave(tfds_dir, tmp_path, monkeypatch):
+  nli_dir = test_universal_files.write_nli(tmp_path / "my nli")
+  faq_dir = tmp_path / "FAQ dir"
+  test_universal_files.write(faq_dir / faq.STACKFAQ_FILE, test_universal_files.STACKFAQ_XML)
+  pack = test_universal_files.write(tmp_path / "packs" / "ppdb-2.0-s-phrasal.gz", test_universal_files.PPDB_PACK)
+
+  def fingerprint(directory):
+    return tfds_builder.directory_fingerprint(tfds_builder.source_directory(directory, "test"))
+
+  def config_name(registry, dataset, options=None):
+    return tfds_loading.make_builder(registry, dataset, data_dir=tfds_dir, options=options).builder_config.name
+
+  assert config_name(universal_corpus.NLI_BUILDERS, "nli_pairs/mnli") == "mnli"
+  assert config_name(universal_corpus.NLI_BUILDERS, str(nli_dir)) == f"my_nli_{fingerprint(nli_dir)}"
+  phrase_options = universal_builders.PhraseOptions(max_pairs_per_class=1_000, seed=1)
+  assert config_name(universal_corpus.PHRASE_BUILDERS, "phrase_relations") == "wordnet"
+  assert config_name(universal_corpus.PHRASE_BUILDERS, "phrase_relations", phrase_options) == "wordnet_max1000_seed1"
+  assert config_name(universal_corpus.PHRASE_BUILDERS, "phrase_relations/wordnet_max1000_seed1") == (
+      "wordnet_max1000_seed1")
+  assert config_name(universal_corpus.PHRASE_BUILDERS, "phrase_relations",
+                     universal_builders.PhraseOptions(str(pack), seed=2)) == (
+                         f"ppdb_ppdb_2_0_s_phrasal_gz_{fingerprint(pack.parent)}_seed2")
+  faq_options = universal_builders.FaqOptions(test_fraction=0.2, seed=3)
+  assert config_name(universal_corpus.FAQ_BUILDERS, "faq", faq_options) == "stackfaq_test0.2_seed3"
+  assert config_name(universal_corpus.FAQ_BUILDERS, "faq/stackfaq_test0.2_seed3") == "stackfaq_test0.2_seed3"
+  assert config_name(universal_corpus.FAQ_BUILDERS, str(faq_dir), faq_options) == (
+      f"faq_dir_{fingerprint(faq_dir)}_test0.2_seed3")
+  # A registered name is the registered builder, even beside a directory of that name.
+  (tmp_path / "faq").mkdir()
+  monkeypatch.chdir(tmp_path)
+  assert config_name(universal_corpus.FAQ_BUILDERS, "faq") == "stackfaq"
+
+  with pytest.raises(ValueError, match=r"Unknown NLI dataset 'snli': not a directory and not one of \['nli_pairs'\]"):
+    config_name(universal_corpus.NLI_BUILDERS, "snli")
+  with pytest.raises(ValueError, match=r"Unknown config 'rte' of nli_pairs; valid: \['mnli', 'snli'\]"):
+    config_name(universal_corpus.NLI_BUILDERS, "nli_pairs/rte")
+  with pytest.raises(ValueError, match=r"Unknown phrase-relation dataset 'wordnet': not one of \['phrase_relations'\]"):
+    config_name(universal_corpus.PHRASE_BUILDERS, "wordnet")
+  with pytest.raises(ValueError, match="Phrase-relation config name 'ppdb_x': a name is 'wordnet', optionally"):
+    config_name(universal_corpus.PHRASE_BUILDERS, "phrase_relations/ppdb_x")
+  with pytest.raises(ValueError, match=r"unknown part 'max1.5'; a name is 'wordnet', optionally followed by "
+                     r"'_'-joined \['max<N>', 'seed<N>'\]"):
+    config_name(universal_corpus.PHRASE_BUILDERS, "phrase_relations/wordnet_max1.5")
+  with pytest.raises(ValueError, match="unknown part 'bogus'"):
+    config_name(universal_corpus.FAQ_BUILDERS, "faq/stackfaq_bogus")
+  with pytest.raises(ValueError, match="names its config; do not also pass options"):
+    config_name(universal_corpus.FAQ_BUILDERS, "faq/stackfaq_seed1", faq_options)
+
+
+class _Built(Exception):
+  """Stops a loader once it has its builder."""
+
+
+def test_universal_loaders_build_through_their_registries(tfds_dir, tmp_path, monkeypatch):
+  calls = []
+  make_builder = tfds_loading.make_builder
+
+  def recording_make_builder(registry, dataset, **kwargs):
+    calls.append((registry, dataset, make_builder(registry, dataset, **kwargs).builder_config.name))
+    raise _Built
+
+  monkeypatch.setattr(tfds_loading, "make_builder", recording_make_builder)
+  nli_dir = test_universal_files.write_nli(tmp_path / "my nli")
+  loads = [
+      lambda: universal_corpus.load_nli_task(["mnli"], data_dir=tfds_dir, manual_dir=None, validation_fraction=0.1,
+                                             seed=0),
+      lambda: universal_corpus.load_nli_task([str(nli_dir)], data_dir=tfds_dir, manual_dir=None,
+                                             validation_fraction=0.1, seed=0),
+      lambda: universal_corpus.load_phrase_task("", data_dir=tfds_dir, max_pairs_per_class=1_000, seed=1),
+      lambda: universal_corpus.load_faq("stackfaq", data_dir=tfds_dir, manual_dir=None, test_fraction=0.2, seed=3),
+  ]
+  for load in loads:
+    with pytest.raises(_Built):
+      load()
+  assert calls == [
+      (universal_corpus.NLI_BUILDERS, "nli_pairs/mnli", "mnli"),
+      (universal_corpus.NLI_BUILDERS, str(nli_dir), universal_builders.nli_directory_config(nli_dir).name),
+      (universal_corpus.PHRASE_BUILDERS, "phrase_relations", "wordnet_max1000_seed1"),
+      (universal_corpus.FAQ_BUILDERS, "faq", "stackfaq_test0.2_seed3"),
+  ]
+  with pytest.raises(ValueError, match="Unknown FAQ source 'faq_set': not 'stackfaq' and not a directory"):
+    universal_corpus.load_faq("faq_set", data_dir=tfds_dir, manual_dir=None, test_fraction=0.2, seed=3)

@@ -37,17 +37,17 @@ class BuilderRegistry:
   Attributes:
     what: the domain's dataset in an error message ('knowledge graph').
     builders: the registered builders by name.
-    directory_builder: the builder of a directory.
     config: (options, a directory or None) -> the builder config of those options: a directory's is named after the
       directory and its files, a registered builder's after the options.
+    directory_builder: the builder of a directory; None where the domain reads no directory of its own files.
     parse_config_name: a registered builder's config name -> its options; None where the registered builders take
       only their predefined configs (the dataset names one, or none for the default).
     default_options: the options where neither the dataset's name nor the caller gives any.
   """
   what: str
   builders: Mapping[str, type[tfds.core.GeneratorBasedBuilder]]
-  directory_builder: type[tfds.core.GeneratorBasedBuilder]
   config: Callable[[Any, epath.PathLike | None], tfds.core.BuilderConfig]
+  directory_builder: type[tfds.core.GeneratorBasedBuilder] | None = None
   parse_config_name: Callable[[str], Any] | None = None
   default_options: Any = None
 
@@ -55,15 +55,18 @@ class BuilderRegistry:
 def make_builder(registry: BuilderRegistry, dataset: str, *, data_dir: epath.PathLike | None = None,
                  options: Any = None) -> tfds.core.GeneratorBasedBuilder:
   """The TFDS builder of `dataset` (a registered name, with its config after a '/', or a directory) with `options`
-  (the registry's default when None), writing under `data_dir`."""
+  (the registry's default when None), writing under `data_dir`. A registered name is never read as a directory, so
+  that a folder of that name in the working directory (e.g. a data root's 'faq/') does not change the dataset."""
   kwargs = builder_kwargs(data_dir)
   chosen = registry.default_options if options is None else options
-  if epath.Path(dataset).is_dir():
-    return registry.directory_builder(config=registry.config(chosen, dataset), **kwargs)
   name, _, config_name = dataset.partition("/")
   if name not in registry.builders:
-    raise ValueError(f"Unknown {registry.what} {dataset!r}: not a directory and not one of "
-                     f"{sorted(registry.builders)}.")
+    if registry.directory_builder is None:
+      raise ValueError(f"Unknown {registry.what} {dataset!r}: not one of {sorted(registry.builders)}.")
+    if not epath.Path(dataset).is_dir():
+      raise ValueError(f"Unknown {registry.what} {dataset!r}: not a directory and not one of "
+                       f"{sorted(registry.builders)}.")
+    return registry.directory_builder(config=registry.config(chosen, dataset), **kwargs)
   builder_class = registry.builders[name]
   if registry.parse_config_name is None:
     if config_name and config_name not in builder_class.builder_configs:

@@ -431,6 +431,16 @@ def lowered_ranking(scoring_fn: relations.ScoringFunction, num_entities: int, en
 QUERY_BATCH_SIZE = 512  # Queries ranked against every entity at a time.
 
 
+@registry.register_lowered("link_prediction")
+def lowered_block_ranking(model: Any, shapes: dict[str, int], mesh: Mesh, vector_width: int,
+                          entries: list[dict[str, Any]]) -> dict[str, tuple[Any, dict[str, Any]]]:
+  """The filtered ranking of one batch of queries (the entries' largest `query_batch_size`) against every entity."""
+  queries = max(entry.get("query_batch_size", QUERY_BATCH_SIZE) for entry in entries)
+  lowered = lowered_ranking(model.scoring, shapes["num_entities"], vector_width, shapes["num_relations"], mesh,
+                            batch_size=queries)
+  return {"block_ranking": (lowered, {"num_entities": shapes["num_entities"], "queries": queries})}
+
+
 @registry.register("link_prediction")
 def rank_split(model: Any, graph: knowledge_graph.KnowledgeGraph, split: str = "test",
                query_batch_size: int = QUERY_BATCH_SIZE) -> dict[str, float]:

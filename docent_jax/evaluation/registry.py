@@ -30,6 +30,9 @@ import ml_collections
 
 Evaluator = Callable[..., dict[str, float]]
 _REGISTRY: dict[str, Evaluator] = {}
+# (model, shapes, mesh, vector_width, entries) -> {program name: (lowered program, what it is lowered for)}.
+LoweredPrograms = Callable[..., dict[str, tuple[Any, dict[str, Any]]]]
+_LOWERED: dict[str, LoweredPrograms] = {}
 # Keys of an entry of `config.evals` that are not options of its evaluator.
 ENTRY_KEYS = ("type", "every_steps", "report_as", "baseline")
 
@@ -44,6 +47,24 @@ def register(name: str) -> Callable[[Evaluator], Evaluator]:
     return fn
 
   return decorator
+
+
+def register_lowered(name: str) -> Callable[[LoweredPrograms], LoweredPrograms]:
+  """Decorator: registers what evaluator `name` runs on the devices beyond encoding texts, lowered from shapes alone
+  for ahead-of-time compiles (`docent_jax.compile_for_tpu`): fn(model, shapes, mesh, vector_width, entries), where
+  `entries` are the options of every entry of `config.evals` of that type."""
+
+  def decorator(fn: LoweredPrograms) -> LoweredPrograms:
+    _LOWERED[name] = fn
+    return fn
+
+  return decorator
+
+
+def lowered_programs(kind: str) -> LoweredPrograms | None:
+  """The lowered programs of evaluator `kind` (`register_lowered`), or None where it runs only the model's encoder."""
+  lookup(kind)
+  return _LOWERED.get(kind)
 
 
 def registered() -> list[str]:

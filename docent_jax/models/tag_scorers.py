@@ -165,6 +165,10 @@ class TagScorer(abc.ABC):
     """Item indices [b] of one step and tag indices: [c] (each item with every one) or [b, k] (per item)."""
 
   @abc.abstractmethod
+  def candidates_shape(self, options: StepOptions) -> tuple[int, ...]:
+    """The most tag indices `sample` gives a step: (c,) or (b, k)."""
+
+  @abc.abstractmethod
   def loss(self, params: Any, item_vectors: jax.Array, tag_tokens: jax.Array, votes: jax.Array,
            weighting: str) -> jax.Array:
     """Scalar loss of a step: item vectors [b, d], tokens of `sample`'s tags ([c, L] or [b, k, L]), their votes."""
@@ -186,6 +190,9 @@ class DualScorer(TagScorer):
   def sample(self, rng: np.random.Generator, item_votes: np.ndarray,
              options: StepOptions) -> tuple[np.ndarray, np.ndarray]:
     return sample_step(rng, item_votes, options.items_per_step, options.tags_per_step)
+
+  def candidates_shape(self, options: StepOptions) -> tuple[int, ...]:
+    return (options.tags_per_step,)
 
   def loss(self, params: Any, item_vectors: jax.Array, tag_tokens: jax.Array, votes: jax.Array,
            weighting: str) -> jax.Array:
@@ -258,8 +265,10 @@ class PairClassifierScorer(TagScorer):
 
   def sample(self, rng: np.random.Generator, item_votes: np.ndarray,
              options: StepOptions) -> tuple[np.ndarray, np.ndarray]:
-    return sample_pairs(rng, item_votes, options.items_per_step,
-                        max(2, options.tags_per_step // options.items_per_step))
+    return sample_pairs(rng, item_votes, *self.candidates_shape(options))
+
+  def candidates_shape(self, options: StepOptions) -> tuple[int, ...]:
+    return (options.items_per_step, max(2, options.tags_per_step // options.items_per_step))
 
   def loss(self, params: Any, item_vectors: jax.Array, tag_tokens: jax.Array, votes: jax.Array,
            weighting: str) -> jax.Array:

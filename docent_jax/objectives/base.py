@@ -1,10 +1,17 @@
 """What the trainer needs from a method: parameters, a loss and training batches, and the model protocol.
 
+An objective is built from its config, its mesh and its inputs: the dataset its class loads (`load_data`, a step of
+its own), or that dataset's counts alone (`Shapes`), which build the params, the loss and the batch shapes without
+reading any data (`compile_for_tpu`). Pretrained weights are read when the params are first made.
+
 What a run reports comes from the evaluators its config lists (`config.evals`, see `evaluation.registry`):
 each takes the objective's model over the params being evaluated (`model(params)`, an
 `inference.protocol.Model`) and its evaluation data (`evaluation_data()`).
 """
 import abc
+from collections.abc import Mapping
+import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -15,10 +22,18 @@ import ml_collections
 from docent_jax import methods
 from docent_jax.inference.protocol import Model
 from docent_jax.models import bert
+from docent_jax.models import pretrained
 
 
 class SkipRun(Exception):
   """The run does not apply to its data (e.g. tag prediction on a corpus without tags); the reason is logged."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Shapes:
+  """A dataset's counts without its data (num_entities, num_relations): the inputs of an objective that is only
+  compiled."""
+  counts: Mapping[str, int]
 
 
 class Objective(abc.ABC):
@@ -33,30 +48,60 @@ class Objective(abc.ABC):
   # Where the text encoder's params sit in the params tree, so that a run can start from the encoder of
   # another objective's run (`model_init`), wherever that one keeps it.
   encoder_path: tuple[str, ...] = ("bert",)
-  # The counts of the data (`compile_for_tpu`'s shapes: num_entities, num_relations) that size its params or
-  # its search when it is built from shapes alone (`from_shapes`).
+  # A method defined outside docent_jax (`config.objective = "package.module:Class"`, see `methods`) names here its
+  # model (an `inference.protocol.Model` class) and the paper it implements; the package's own are in `methods`.
+  model_class: type[Model] | None = None
+  paper: str = ""
+  # The counts of the data (`Shapes`: num_entities, num_relations) that size its params or its search when it is
+  # built from shapes alone.
   shapes_needed: tuple[str, ...] = ()
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh, inputs: Any = None):
+    """`inputs`: the dataset (`load_data(config)`, loaded here when None), or its `Shapes`."""
     self.config = config
     self.mesh = mesh
     self.parent: Model | None = None
     self._model: Model | None = None  # Built once (`model()`); `model(params)` gives it params.
+    if inputs is None:
+      inputs = self.load_data(config)
+    if isinstance(inputs, Shapes):
+      missing = [key for key in self.shapes_needed if key not in inputs.counts]
+      if missing:
+        raise ValueError(f"config.objective={config.objective!r} built from shapes needs {missing[0]} (set "
+                         f"config.shapes.{missing[0]}).")
+      self.shapes, self._data = dict(inputs.counts), None
+    else:
+      self.shapes, self._data = None, inputs
+
+  @classmethod
+  @abc.abstractmethod
+  def load_data(cls, config: ml_collections.ConfigDict) -> Any:
+    """The dataset the config names (a knowledge graph, a corpus, ...), read or built."""
+
+  @property
+  def data(self) -> Any:
+    """The dataset the objective was built from; an objective of shapes alone has none."""
+    if self._data is None:
+      raise ValueError(f"{type(self).__name__} was built from shapes alone ({self.shapes}): it has no data to read.")
+    return self._data
+
+  def record_from_shapes(self) -> dict[str, Any]:
+    """What stands in for `inference_record()` in an objective of shapes alone: the model's counts."""
+    return dict(self.shapes)
+
+  @functools.cached_property
+  def pretrained_bert(self) -> dict[str, Any] | None:
+    """The params of the config's pretrained BERT (`model.pretrained`, its vocabulary grown to `bert_config`'s), or
+    None for a fresh encoder; read when the params are first made, never by an objective that is only compiled."""
+    return pretrained.load_model_bert(self.config.model, self.bert_config.vocab_size)[1]
 
   @abc.abstractmethod
   def init_variables(self, rng: jax.Array) -> Any:
     """Freshly initialised params, boxed with logical axis names (`nn.with_logical_partitioning`)."""
 
-  @classmethod
-  def from_shapes(cls, config: ml_collections.ConfigDict, mesh: Mesh, shapes: dict[str, int]) -> "Objective":
-    """The objective without its data (`shapes` holds `shapes_needed`): params, loss and batch shapes, for
-    compiling its step ahead of time."""
-    raise NotImplementedError(f"config.objective={config.objective!r}: {cls.__name__} does not build from shapes "
-                              "alone yet.")
-
+  @abc.abstractmethod
   def batch_shapes(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
     """One global training batch's arrays as shapes (at full width), for compiling the step from shapes alone."""
-    raise NotImplementedError(f"{type(self).__name__} does not give its batch shapes.")
 
   def vector_width(self) -> int | None:
     """The width of the vectors its model searches (entities, texts); None where it searches none."""
@@ -88,11 +133,10 @@ class Objective(abc.ABC):
       self._model = self.create_model()
     return self._model if params is None else self._model.with_params(params)
 
-  def create_model(self, record: dict[str, Any] | None = None) -> Model:
-    """This objective's model over no params, sharing the objective's tokenizer and mesh; `record` stands in for
-    `inference_record()` where there is no data (an objective built from shapes)."""
-    return methods.model_class(self.config.objective)(
-        self.config, self.inference_record() if record is None else record, mesh=self.mesh, tokenizer=self.tokenizer)
+  def create_model(self) -> Model:
+    """This objective's model over no params, sharing the objective's tokenizer and mesh."""
+    record = self.record_from_shapes() if self._data is None else self.inference_record()
+    return methods.model_class(self.config.objective)(self.config, record, mesh=self.mesh, tokenizer=self.tokenizer)
 
   @abc.abstractmethod
   def evaluation_data(self) -> Any:
@@ -118,10 +162,10 @@ class Objective(abc.ABC):
 
 class MeanPooledBertObjective(Objective):
   """An objective whose params are one BERT (`{"bert": ...}`) read by mean pooling (SupCon, FAQ retrieval).
-  Subclasses set `tokenizer` and `_bert_params` (the pretrained BERT's params, or None to start fresh)."""
+  Subclasses set `tokenizer` and `bert_config`."""
 
   tokenizer: Any
-  _bert_params: Any
+  bert_config: bert.BertConfig
 
   @property
   def encoder(self) -> bert.BertModel:
@@ -133,7 +177,11 @@ class MeanPooledBertObjective(Objective):
     return {"bert": self.encoder.init(rng, tokens, tokens)["params"]}
 
   def pretrained_params(self) -> dict[str, Any]:
-    return {} if self._bert_params is None else {"bert": self._bert_params}
+    return {} if self.pretrained_bert is None else {"bert": self.pretrained_bert}
+
+  def vector_width(self) -> int:
+    """The width of a text's vector."""
+    return self.bert_config.hidden_size
 
   def encode(self, params: Any, tokens: jax.Array, *, deterministic: bool = True,
              rng: jax.Array | None = None) -> jax.Array:

@@ -5,6 +5,7 @@ function of the two encodings and a relation embedding. Negatives corrupt the he
 other entities of the same batch. Evaluation is inductive: entities of the dev and test triples were
 never seen in training.
 """
+import functools
 from typing import Any
 
 from absl import logging
@@ -13,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 import ml_collections
+import numpy as np
 
 from docent_jax import losses
 from docent_jax.data import pipeline
@@ -42,27 +44,44 @@ def sample_negatives(rng: jax.Array, batch_size: int, num_negatives: int) -> tup
 class BlpObjective(base.Objective):
   """Link prediction over entity descriptions, evaluated by inductive ranking and entity classification."""
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
-    super().__init__(config, mesh)
-    self.graph = knowledge_graph.load_knowledge_graph(
+  shapes_needed = ("num_relations",)
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh, inputs: Any = None):
+    super().__init__(config, mesh, inputs)
+    self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
+    self.bert_config = pretrained.model_bert_config(config.model, self.tokenizer.vocab_size)
+    self.loss_fn = losses.get_link_prediction_loss(config.loss.name)
+
+  @classmethod
+  def load_data(cls, config: ml_collections.ConfigDict) -> knowledge_graph.KnowledgeGraph:
+    return knowledge_graph.load_knowledge_graph(
         config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir,
         setting=config.data.get("setting", "inductive"))
-    self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
+
+  @property
+  def graph(self) -> knowledge_graph.KnowledgeGraph:
+    return self.data
+
+  @functools.cached_property
+  def entity_tokens(self) -> np.ndarray:
+    """Token ids [entities, max_len] of the entities' descriptions."""
     texts = self.graph.entity_texts
-    if config.data.get("drop_stopwords", False):
+    if self.config.data.get("drop_stopwords", False):
       texts = tokenization.without_stopwords(texts)
-    self.entity_tokens = tokenization.tokenize_texts(self.tokenizer, texts, config.data.max_len)
-    fraction = config.data.get("train_entity_fraction", 1.0)
-    self.train_triples = knowledge_graph.triples_among_training_entities(self.graph, fraction, config.seed)
-    if not len(self.train_triples):
-      raise ValueError(f"config.data.train_entity_fraction={fraction}: no training triple of {self.graph.name} has "
+    return tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)
+
+  @functools.cached_property
+  def train_triples(self) -> np.ndarray:
+    """The training triples among `data.train_entity_fraction` of the training entities."""
+    graph, fraction = self.graph, self.config.data.get("train_entity_fraction", 1.0)
+    triples = knowledge_graph.triples_among_training_entities(graph, fraction, self.config.seed)
+    if not len(triples):
+      raise ValueError(f"config.data.train_entity_fraction={fraction}: no training triple of {graph.name} has "
                        "both entities among that fraction of its training entities.")
     if fraction < 1.0:
       logging.info("Training on the %d triples among %.0f%% of the %d training entities (of %d triples).",
-                   len(self.train_triples), 100 * fraction, len(self.graph.entity_split["train"]),
-                   len(self.graph.triples["train"]))
-    self.loss_fn = losses.get_link_prediction_loss(config.loss.name)
-    _, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
+                   len(triples), 100 * fraction, len(graph.entity_split["train"]), len(graph.triples["train"]))
+    return triples
 
   @property
   def module(self) -> blp_model.BlpModel:
@@ -77,19 +96,6 @@ class BlpObjective(base.Objective):
   @property
   def encoder_path(self) -> tuple[str, ...]:
     return self.model().encoder_path
-
-  shapes_needed = ("num_relations",)
-
-  @classmethod
-  def from_shapes(cls, config: ml_collections.ConfigDict, mesh: Mesh, shapes: dict[str, int]) -> "BlpObjective":
-    """The objective without its data (`shapes["num_relations"]`; the tokenizer is the config's): params, loss
-    and batch shapes, for compiling its step ahead of time."""
-    objective = cls.__new__(cls)
-    base.Objective.__init__(objective, config, mesh)
-    objective.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    objective.loss_fn = losses.get_link_prediction_loss(config.loss.name)
-    objective._model = objective.create_model({"num_relations": shapes["num_relations"]})
-    return objective
 
   def vector_width(self) -> int:
     """The width of an entity's vector (what search ranks), from the params' shapes."""
@@ -131,11 +137,11 @@ class BlpObjective(base.Objective):
     return self.module.init(rng, tokens, jnp.zeros((1,), jnp.int32))["params"]
 
   def pretrained_params(self) -> dict[str, Any]:
-    if self._bert_params is None:
+    if self.pretrained_bert is None:
       return {}
     model = self.config.model
     return {"encoder": text_encoders.pretrained_subtree(
-        model.encoder, self._bert_params, pretrained.sentence_transformer_modules(model.pretrained), model.dim)}
+        model.encoder, self.pretrained_bert, pretrained.sentence_transformer_modules(model.pretrained), model.dim)}
 
   def train_batches(self, seed: int) -> Any:
     return pipeline.triple_batches(

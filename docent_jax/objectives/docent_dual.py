@@ -48,38 +48,37 @@ def review_evaluation(corpus: review_corpus.ReviewCorpus,
                                         search_queries=config.data.search_queries)
 
 
-class DocentDualObjective(base.Objective):
-  """Sentence -> entity classification with a scaled-cosine dual encoder; evaluated by tag-query search."""
+def load_corpus(config: ml_collections.ConfigDict) -> review_corpus.ReviewCorpus:
+  """The review corpus of a DOCENT config (`data.dataset`)."""
+  return review_corpus.load_review_corpus(config.data.dataset, data_dir=config.data.tfds_data_dir,
+                                          manual_dir=config.data.manual_dir)
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
-    super().__init__(config, mesh)
-    if config.loss.negatives not in NEGATIVES:
-      raise ValueError(f"Unknown loss.negatives {config.loss.negatives!r}; valid: {list(NEGATIVES)}.")
+
+class MovieObjective(base.Objective):
+  """What DOCENT's entity models share (DUAL, HYBRID, FULL): review sentences labelled with their movie, a BERT and
+  a row per movie, evaluated by tag-query search and tag prediction."""
+
+  shapes_needed = ("num_entities",)
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh, inputs: Any = None):
     if config.model.entity_init not in ENTITY_INITS:
       raise ValueError(f"Unknown model.entity_init {config.model.entity_init!r}; valid: {list(ENTITY_INITS)}.")
-    self.corpus = review_corpus.load_review_corpus(
-        config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
+    super().__init__(config, mesh, inputs)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
+    self.bert_config = pretrained.model_bert_config(config.model, self.tokenizer.vocab_size)
+
+  @classmethod
+  def load_data(cls, config: ml_collections.ConfigDict) -> review_corpus.ReviewCorpus:
+    return load_corpus(config)
+
+  @property
+  def corpus(self) -> review_corpus.ReviewCorpus:
+    return self.data
 
   @property
   def module(self) -> Any:
     """The Flax module the loss applies: its model's (`model()`), the one evaluation and `load()` use."""
     return self.model().module
-
-  shapes_needed = ("num_entities",)
-
-  @classmethod
-  def from_shapes(cls, config: ml_collections.ConfigDict, mesh: Mesh,
-                  shapes: dict[str, int]) -> "DocentDualObjective":
-    """The objective without its data (`shapes["num_entities"]`; the tokenizer is the config's): params, loss
-    and batch shapes, for compiling its step ahead of time."""
-    objective = cls.__new__(cls)
-    base.Objective.__init__(objective, config, mesh)
-    objective.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    objective.bert_config = pretrained.model_bert_config(config.model, objective.tokenizer.vocab_size)
-    objective._model = objective.create_model({"num_entities": shapes["num_entities"]})
-    return objective
 
   def vector_width(self) -> int:
     """The width of an entity's row (what search ranks)."""
@@ -93,12 +92,32 @@ class DocentDualObjective(base.Objective):
   def data_fingerprint(self) -> dict[str, int | str]:
     return self.corpus.fingerprint()
 
+  def train_batches(self, seed: int) -> Any:
+    return review_pipeline.sentence_batches(
+        self.corpus.sentence_source, self.tokenizer, global_batch_size=self.config.train.global_batch_size,
+        seed=seed, max_len=self.config.data.max_len)
+
+  def inference_record(self) -> dict[str, Any]:
+    return {"entity_ids": list(self.corpus.entity_ids), "titles": list(self.corpus.titles)}
+
+  def evaluation_data(self) -> review_corpus.ReviewEvaluation:
+    return review_evaluation(self.corpus, self.config)
+
+
+class DocentDualObjective(MovieObjective):
+  """Sentence -> entity classification with a scaled-cosine dual encoder; evaluated by tag-query search."""
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh, inputs: Any = None):
+    if config.loss.negatives not in NEGATIVES:
+      raise ValueError(f"Unknown loss.negatives {config.loss.negatives!r}; valid: {list(NEGATIVES)}.")
+    super().__init__(config, mesh, inputs)
+
   def init_variables(self, rng: jax.Array) -> Any:
     tokens = jnp.zeros((1, self.config.data.max_len), jnp.int32)
     return self.module.init(rng, tokens, jnp.zeros((1,), jnp.int32))["params"]
 
   def pretrained_params(self) -> dict[str, Any]:
-    params = {} if self._bert_params is None else {"bert": self._bert_params}
+    params = {} if self.pretrained_bert is None else {"bert": self.pretrained_bert}
     if self.config.model.entity_init == "sentence_mean":
       params["entities"] = {"embedding": entity_table.pad_rows(self.sentence_mean_entities(),
                                                                self.module.entity_rows_multiple)}
@@ -115,17 +134,12 @@ class DocentDualObjective(base.Objective):
     sampled, tokens = entity_init_sentences(corpus, self.tokenizer, self.config)
     vectors = tag_scorers.encode_texts(
         bert.BertModel(self.bert_config, add_pooler=False),
-        pretrained.pretrained_or_fixed_bert(self._bert_params, self.bert_config, self.config.seed), tokens, "cls",
+        pretrained.pretrained_or_fixed_bert(self.pretrained_bert, self.bert_config, self.config.seed), tokens, "cls",
         batch_size=self.config.model.inference_batch_size, mesh=self.mesh)
     sums = np.zeros((corpus.num_entities, vectors.shape[1]), np.float32)
     np.add.at(sums, corpus.sentence_entity[sampled], vectors)
     logging.info("Entity rows initialised from the mean of %d sentences.", len(sampled))
     return sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
-
-  def train_batches(self, seed: int) -> Any:
-    return review_pipeline.sentence_batches(
-        self.corpus.sentence_source, self.tokenizer, global_batch_size=self.config.train.global_batch_size,
-        seed=seed, max_len=self.config.data.max_len)
 
   def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     queries, entities, scale = self.module.apply({"params": params}, batch["tokens"], batch["entity"],
@@ -137,9 +151,3 @@ class DocentDualObjective(base.Objective):
       loss, metrics = losses.full_softmax_loss(queries, table, batch["entity"], scale, mesh=self.mesh,
                                                num_rows=self.module.num_entities)
     return loss, {**metrics, "loss": loss, "scale": scale}
-
-  def inference_record(self) -> dict[str, Any]:
-    return {"entity_ids": list(self.corpus.entity_ids), "titles": list(self.corpus.titles)}
-
-  def evaluation_data(self) -> review_corpus.ReviewEvaluation:
-    return review_evaluation(self.corpus, self.config)

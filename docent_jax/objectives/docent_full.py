@@ -21,14 +21,11 @@ import numpy as np
 import scipy.sparse
 
 from docent_jax import losses
-from docent_jax.data.reviews import corpus as review_corpus
-from docent_jax.data.reviews import pipeline as review_pipeline
 from docent_jax.models import bert
 from docent_jax.models import docent_full
 from docent_jax.models import entity_table
 from docent_jax.models import masking
 from docent_jax.models import pretrained
-from docent_jax.objectives import base
 from docent_jax.objectives import docent_dual
 
 def max_predictions(length: int, rate: float) -> int:
@@ -36,32 +33,17 @@ def max_predictions(length: int, rate: float) -> int:
   return masking.max_predictions(length, rate, max_maskable=length - docent_full.SENTENCE_START - 1)
 
 
-class DocentFullObjective(base.Objective):
+class DocentFullObjective(docent_dual.MovieObjective):
   """Masked prediction of word pieces and entity tokens; evaluated by tag-query search and tag prediction."""
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
-    super().__init__(config, mesh)
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh, inputs: Any = None):
     for name in ("mlm_rate", "entity_mask_rate"):
       if not 0.0 <= config.loss[name] <= 1.0:
         raise ValueError(f"loss.{name} must be in [0, 1]; got {config.loss[name]}.")
-    if config.model.entity_init not in docent_dual.ENTITY_INITS:
-      raise ValueError(f"Unknown model.entity_init {config.model.entity_init!r}; "
-                       f"valid: {list(docent_dual.ENTITY_INITS)}.")
-    self.corpus = review_corpus.load_review_corpus(
-        config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
-    self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
+    super().__init__(config, mesh, inputs)
     tokenizer = self.tokenizer
     self.special_ids = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
                         "mask": tokenizer.mask_token_id, "pad": tokenizer.pad_token_id}
-
-  @property
-  def module(self) -> Any:
-    """The Flax module the loss applies: its model's (`model()`), the one evaluation and `load()` use."""
-    return self.model().module
-
-  def data_fingerprint(self) -> dict[str, int | str]:
-    return self.corpus.fingerprint()
 
   def init_variables(self, rng: jax.Array) -> Any:
     length = self.config.data.max_len
@@ -72,8 +54,8 @@ class DocentFullObjective(base.Objective):
 
   def pretrained_params(self) -> dict[str, Any]:
     params = {}
-    if self._bert_params is not None:
-      params["bert"] = dict(self._bert_params)
+    if self.pretrained_bert is not None:
+      params["bert"] = dict(self.pretrained_bert)
       # A checkpoint's MLM head (MiniLM ships none) initialises ours; otherwise it starts fresh.
       head = params["bert"].pop(pretrained.MLM_HEAD_KEY, None)
       if head is not None:
@@ -107,11 +89,6 @@ class DocentFullObjective(base.Objective):
     rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
     logging.info("Entity rows initialised from the word pieces of %d sentences.", len(sampled))
     return rows * np.linalg.norm(word_table, axis=1).mean()
-
-  def train_batches(self, seed: int) -> Any:
-    return review_pipeline.sentence_batches(
-        self.corpus.sentence_source, self.tokenizer, global_batch_size=self.config.train.global_batch_size,
-        seed=seed, max_len=self.config.data.max_len)
 
   def layout(self, sentence_tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
     """`[CLS] [MASK] [SEP] sentence [SEP]` and its token types (see `docent_full.two_segment_inputs`)."""
@@ -179,9 +156,3 @@ class DocentFullObjective(base.Objective):
         "entity_mask_fraction": jnp.mean(~inputs["entity_visible"]),
         "num_masked_words": jnp.sum(inputs["word_mask"]),
     }
-
-  def inference_record(self) -> dict[str, Any]:
-    return {"entity_ids": list(self.corpus.entity_ids), "titles": list(self.corpus.titles)}
-
-  def evaluation_data(self) -> review_corpus.ReviewEvaluation:
-    return docent_dual.review_evaluation(self.corpus, self.config)

@@ -26,10 +26,10 @@ from docent_jax.objectives import docent_dual
 class DocentHybridObjective(docent_dual.DocentDualObjective):
   """DOCENT-DUAL plus an entity-conditioned masked LM; BERT pretrained, MLM head fresh."""
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh, inputs: Any = None):
     if not 0.0 < config.loss.mlm_rate <= 1.0:
       raise ValueError(f"loss.mlm_rate must be in (0, 1]; got {config.loss.mlm_rate}.")
-    super().__init__(config, mesh)
+    super().__init__(config, mesh, inputs)
 
   @property
   def _special_ids(self) -> np.ndarray:

@@ -41,19 +41,43 @@ NEGATIVES = ("retrieved", "random")
 class FaqRetrievalObjective(base.MeanPooledBertObjective):
   """Fine-tuning of a text encoder for FAQ retrieval; see the module docstring."""
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
-    super().__init__(config, mesh)
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh, inputs: Any = None):
     if config.loss.negatives not in NEGATIVES:
       raise ValueError(f"config.loss.negatives = {config.loss.negatives!r}; valid: {list(NEGATIVES)}.")
-    data = config.data
-    self.faq = universal_corpus.load_faq(data.faq, data_dir=data.tfds_data_dir, manual_dir=data.manual_dir,
-                                         test_fraction=data.test_fraction, seed=data.split_seed,
-                                         validation_fraction=data.validation_query_fraction)
+    super().__init__(config, mesh, inputs)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, len(self.tokenizer))
-    self.question_tokens = self.tokenize(self.faq.questions)
-    self.query_tokens = {split: self.tokenize(queries) for split, queries in self.faq.queries.items()}
+    self.bert_config = pretrained.model_bert_config(config.model, len(self.tokenizer))
     self._negatives = None
+
+  @classmethod
+  def load_data(cls, config: ml_collections.ConfigDict) -> universal_corpus.FaqSet:
+    data = config.data
+    return universal_corpus.load_faq(data.faq, data_dir=data.tfds_data_dir, manual_dir=data.manual_dir,
+                                     test_fraction=data.test_fraction, seed=data.split_seed,
+                                     validation_fraction=data.validation_query_fraction)
+
+  @property
+  def faq(self) -> universal_corpus.FaqSet:
+    return self.data
+
+  @functools.cached_property
+  def question_tokens(self) -> np.ndarray:
+    return self.tokenize(self.faq.questions)
+
+  @functools.cached_property
+  def query_tokens(self) -> dict[str, np.ndarray]:
+    return {split: self.tokenize(queries) for split, queries in self.faq.queries.items()}
+
+  def record_from_shapes(self) -> dict[str, Any]:
+    """Numbered FAQ items standing in for the questions (`num_entities` of them, the search's candidates)."""
+    items = [str(item) for item in range(self.shapes.get("num_entities", 0))]
+    return {"entity_ids": items, "entity_texts": items, "answers": items}
+
+  def batch_shapes(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """One global training batch's arrays: each query's tokens, and its FAQ item's question's and its negatives'."""
+    length = self.config.data.max_len
+    return {"query": jax.ShapeDtypeStruct((global_batch_size, length), jnp.int32),
+            "items": jax.ShapeDtypeStruct((global_batch_size, 1 + self.config.loss.num_negatives, length), jnp.int32)}
 
   def tokenize(self, texts: list[str]) -> np.ndarray:
     return tokenization.tokenize_texts(self.tokenizer, texts, self.config.data.max_len)

@@ -11,6 +11,7 @@ Both train on the labelled training pairs with binary cross-entropy (batches res
 and are scored by the `pair_matching` evaluator (`evaluation/pair_matching`) on a split's pairs.
 """
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -35,26 +36,53 @@ HEAD_INITS = ("fresh", "probe")
 class PairMatchingObjective(base.Objective):
   """A bi-encoder pair classifier, fine-tuned from the encoder of the run it starts from."""
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
-    super().__init__(config, mesh)
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh, inputs: Any = None):
     if config.model.get("head_init", "fresh") not in HEAD_INITS:
       raise ValueError(f"Unknown model.head_init {config.model.head_init!r}; valid: {list(HEAD_INITS)}.")
-    self.corpus = offer_corpus.load_offer_corpus(config.data.dataset, data_dir=config.data.tfds_data_dir,
-                                                 manual_dir=config.data.manual_dir)
-    best_metric = config.train.best_metric
-    self.pairs = {split: offer_labels.check_pairs(
-        p, self.corpus.num_offers, f"{config.data.dataset} {split}",
-        f"the best step (train.best_metric {best_metric})" if best_metric.startswith(f"{split}/") else "")
-        for split, p in self.corpus.pairs.items()}
+    super().__init__(config, mesh, inputs)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
                                                extra_special_tokens=pair_matching_model.OFFER_TOKENS)
-    self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, len(self.tokenizer))
-    self.inputs = self.pair_inputs()
+    self.bert_config = pretrained.model_bert_config(config.model, len(self.tokenizer))
+
+  @classmethod
+  def load_data(cls, config: ml_collections.ConfigDict) -> offer_corpus.OfferCorpus:
+    return offer_corpus.load_offer_corpus(config.data.dataset, data_dir=config.data.tfds_data_dir,
+                                          manual_dir=config.data.manual_dir)
+
+  @property
+  def corpus(self) -> offer_corpus.OfferCorpus:
+    return self.data
+
+  @functools.cached_property
+  def pairs(self) -> dict[str, np.ndarray]:
+    """Per split, the labelled pairs [m, 3] (two offers' rows and the label), checked (`check_pairs`)."""
+    dataset, best_metric = self.config.data.dataset, self.config.train.best_metric
+    return {split: offer_labels.check_pairs(
+        p, self.corpus.num_offers, f"{dataset} {split}",
+        f"the best step (train.best_metric {best_metric})" if best_metric.startswith(f"{split}/") else "")
+        for split, p in self.corpus.pairs.items()}
 
   @property
   def module(self) -> Any:
     """The Flax module the loss applies: its model's (`model()`), the one evaluation and `load()` use."""
     return self.model().module
+
+  def record_from_shapes(self) -> dict[str, Any]:
+    return self.inference_record()  # No count of the data sizes the model.
+
+  def batch_shapes(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """One global training batch's arrays: each pair's two offers' token ids (a cross-encoder's: the pair's ids
+    and token types) and its label."""
+    return {"inputs": jax.ShapeDtypeStruct((global_batch_size, 2, self.config.data.max_len), jnp.int32),
+            "label": jax.ShapeDtypeStruct((global_batch_size,), jnp.int32)}
+
+  def vector_width(self) -> int | None:
+    """The width of an offer's vector."""
+    return self.bert_config.hidden_size
+
+  @functools.cached_property
+  def pair_tokens(self) -> dict[str, np.ndarray]:
+    return self.pair_inputs()
 
   def pair_inputs(self) -> dict[str, np.ndarray]:
     """Per split, the token ids [m, 2, max_len] of each pair's two offers."""
@@ -101,7 +129,7 @@ class PairMatchingObjective(base.Objective):
     return {"output": {"bias": np.array([np.log(prior / (1.0 - prior))], np.float32)}}
 
   def train_batches(self, seed: int) -> Any:
-    inputs, labels = self.inputs["train"], self.pairs["train"][:, 2].astype(np.int32)
+    inputs, labels = self.pair_tokens["train"], self.pairs["train"][:, 2].astype(np.int32)
     read = lambda rows: {"inputs": inputs[rows], "label": labels[rows]}
     return pipeline.process_batches(len(labels), read, global_batch_size=self.config.train.global_batch_size,
                                     seed=seed)
@@ -126,6 +154,9 @@ class PairMatchingObjective(base.Objective):
 class CrossEncoderObjective(PairMatchingObjective):
   """A cross-encoder pair classifier from the pretrained BERT (no contrastive pre-training)."""
 
+  def vector_width(self) -> None:
+    return None  # It reads the two offers of a pair together: no vector of one offer.
+
   def pair_inputs(self) -> dict[str, np.ndarray]:
     """Per split, the token ids and token types [m, 2, max_len] of each pair as the tokenizer joins them."""
     texts = self.corpus.texts
@@ -136,6 +167,6 @@ class CrossEncoderObjective(PairMatchingObjective):
   def pretrained_params(self) -> dict[str, Any]:
     """The pretrained BERT (when the config names one) and a fresh head at the training pairs' prior."""
     params = {"head": self.fresh_head()}
-    if self._bert_params is not None:
-      params["bert"] = self._bert_params
+    if self.pretrained_bert is not None:
+      params["bert"] = self.pretrained_bert
     return params

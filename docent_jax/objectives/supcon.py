@@ -12,6 +12,7 @@ Two steps over the offers of a matching dataset:
      encoder frozen, the `pair_probe` evaluator (`evaluation/pair_matching`, a logistic regression); with it
      trained, a fine-tuning run of `objectives.pair_matching` that starts from this model's params.
 """
+import functools
 from typing import Any
 
 from absl import logging
@@ -62,28 +63,29 @@ class SupconObjective(base.MeanPooledBertObjective):
 
   rows_per_example = 2  # Each anchor is followed by its partner.
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
-    super().__init__(config, mesh)
-    self.corpus = offer_corpus.load_offer_corpus(config.data.dataset, data_dir=config.data.tfds_data_dir,
-                                                 manual_dir=config.data.manual_dir)
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh, inputs: Any = None):
+    super().__init__(config, mesh, inputs)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
                                                extra_special_tokens=pair_matching_model.OFFER_TOKENS)
-    self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, len(self.tokenizer))
-    self.labels = offer_labels_of(self.corpus, config.loss.labels, fraction=config.loss.correspondence_fraction,
-                                  seed=config.seed)
+    self.bert_config = pretrained.model_bert_config(config.model, len(self.tokenizer))
 
   @classmethod
-  def from_shapes(cls, config: ml_collections.ConfigDict, mesh: Mesh, shapes: dict[str, int]) -> "SupconObjective":
-    """The objective without its data (the tokenizer is the config's; no count of the data sizes the params):
-    params, loss and batch shapes, for compiling its step ahead of time."""
-    del shapes
-    objective = cls.__new__(cls)
-    base.Objective.__init__(objective, config, mesh)
-    objective.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
-                                                    extra_special_tokens=pair_matching_model.OFFER_TOKENS)
-    objective.bert_config = pretrained.model_bert_config(config.model, len(objective.tokenizer))
-    objective._model = objective.create_model({"special_tokens": list(pair_matching_model.OFFER_TOKENS)})
-    return objective
+  def load_data(cls, config: ml_collections.ConfigDict) -> offer_corpus.OfferCorpus:
+    return offer_corpus.load_offer_corpus(config.data.dataset, data_dir=config.data.tfds_data_dir,
+                                          manual_dir=config.data.manual_dir)
+
+  @property
+  def corpus(self) -> offer_corpus.OfferCorpus:
+    return self.data
+
+  @functools.cached_property
+  def labels(self) -> np.ndarray:
+    """Each offer's pre-training label (`offer_labels_of`)."""
+    loss = self.config.loss
+    return offer_labels_of(self.corpus, loss.labels, fraction=loss.correspondence_fraction, seed=self.config.seed)
+
+  def record_from_shapes(self) -> dict[str, Any]:
+    return self.inference_record()  # No count of the data sizes the model.
 
   def batch_shapes(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
     """One global training batch's arrays: each anchor's and its partner's token ids and labels."""

@@ -40,6 +40,7 @@ from docent_jax.models import docent_full
 from docent_jax.models import pretrained
 from docent_jax.models import tag_scorers
 from docent_jax.objectives import base
+from docent_jax.objectives import docent_dual
 
 SCORERS = ("dual", "pair_classifier")
 ITEMS = ("entities", "sentences")
@@ -50,8 +51,9 @@ class TagFinetuningObjective(base.Objective):
   """Fits a tag scorer to the known training labels of the movies it fits on (the training movies, or every movie
   for an open vocabulary), their entity vectors frozen."""
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
-    super().__init__(config, mesh)
+  shapes_needed = ("num_entities",)
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh, inputs: Any = None):
     task = config.tags
     if task.scorer not in SCORERS:
       raise ValueError(f"Unknown tags.scorer {task.scorer!r}; valid: {list(SCORERS)}.")
@@ -68,8 +70,29 @@ class TagFinetuningObjective(base.Objective):
       raise ValueError(f"tags.common_heldout_fraction must be 0 (none) or in [tags.vocabulary_fraction, 1) = "
                        f"[{task.vocabulary_fraction}, 1), so that its held-out labels are never fit; got "
                        f"{common_fraction}.")
-    self.corpus = review_corpus.load_review_corpus(
-        config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir)
+    super().__init__(config, mesh, inputs)
+    self.options = tag_scorers.step_options(task)
+    self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
+    self.bert_config = pretrained.model_bert_config(config.model, self.tokenizer.vocab_size)
+    self.num_entities = self.shapes["num_entities"] if self._data is None else self.corpus.num_entities
+    self.scorer = self._scorer(task.scorer)
+    self.shared_batch_keys = ("tag_tokens",) if task.scorer == "dual" else ()
+    self.item_vectors: np.ndarray | None = None
+    self.encoder_path = () if task.scorer == "dual" else ("bert",)  # The dual scorer's params are its BERT.
+    if self._data is not None:
+      self._choose_labels_and_items(common_fraction)
+
+  @classmethod
+  def load_data(cls, config: ml_collections.ConfigDict) -> review_corpus.ReviewCorpus:
+    return docent_dual.load_corpus(config)
+
+  @property
+  def corpus(self) -> review_corpus.ReviewCorpus:
+    return self.data
+
+  def _choose_labels_and_items(self, common_fraction: float) -> None:
+    """The labels fit and held out, and the items (movies or sentences) fit on and scored."""
+    config, task = self.config, self.config.tags
     found = {s.name: s for s in tag_labels.label_sets(self.corpus, config.data.tag_vote_threshold)}
     if task.label_set not in found:
       raise base.SkipRun(f"{self.corpus.name} has no {task.label_set}.")
@@ -89,9 +112,6 @@ class TagFinetuningObjective(base.Objective):
       self.train_tags, self.heldout_tags, self.common_tags = np.arange(num_labels), np.arange(0), np.arange(0)
       self.split = "test"
       fit_movies, eval_movies = movie_split["train"], movie_split["test"]
-    self.options = tag_scorers.step_options(config.tags)
-    self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, self.tokenizer.vocab_size)
     self.train_tokens = tag_scorers.label_tokens(self.tokenizer, [self.label_set.texts[t] for t in self.train_tags],
                                                  config.data.max_len)
     # Items: the movies, or (BoS-BERT) sampled sentences; `*_entity` maps each item to its movie.
@@ -111,20 +131,26 @@ class TagFinetuningObjective(base.Objective):
     if not labelled.any():
       raise base.SkipRun(f"no training movie has a known {task.label_set} label among the trained ones.")
     self.train_items, self.train_votes = self.train_items[labelled], self.train_votes[labelled]
-    self.scorer = self._scorer(task.scorer)
-    self.shared_batch_keys = ("tag_tokens",) if task.scorer == "dual" else ()
-    self.item_vectors: np.ndarray | None = None
-    self.encoder_path = () if task.scorer == "dual" else ("bert",)  # The dual scorer's params are its BERT.
 
   def _scorer(self, name: str) -> tag_scorers.TagScorer:
     encoder = bert.BertModel(self.bert_config, add_pooler=False)
     if name == "dual":
       return tag_scorers.DualScorer(encoder)
     tokenizer = self.tokenizer
-    model = docent_full.DocentFull(self.bert_config, num_entities=self.corpus.num_entities)
+    model = docent_full.DocentFull(self.bert_config, num_entities=self.num_entities)
     return tag_scorers.PairClassifierScorer(model, slot_id=tokenizer.mask_token_id, sep_id=tokenizer.sep_token_id,
                                             pad_id=tokenizer.pad_token_id,
                                             batch_size=self.config.model.inference_batch_size, mesh=self.mesh)
+
+  def batch_shapes(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """One step's arrays (`tags.items_per_step` items, whatever `global_batch_size` says): the items' vectors, the
+    candidate tags' tokens (at full width) and their votes: every item against shared tags (dual scorer) or
+    against tags of its own (pair classifier)."""
+    del global_batch_size
+    items, candidates = self.options.items_per_step, self.scorer.candidates_shape(self.options)
+    return {"vectors": jax.ShapeDtypeStruct((items, self.bert_config.hidden_size), jnp.float32),
+            "tag_tokens": jax.ShapeDtypeStruct((*candidates, self.config.data.max_len), jnp.int32),
+            "votes": jax.ShapeDtypeStruct((items, candidates[-1]), jnp.int32)}
 
   def start_from(self, parent: Any) -> None:
     """Takes the DOCENT model's entity vectors (frozen inputs) and its BERT (what the scorer fine-tunes)."""
@@ -144,7 +170,7 @@ class TagFinetuningObjective(base.Objective):
                                           "bias": jnp.zeros((), jnp.float32)}}
 
   def _pretrained_bert(self) -> Any:
-    return pretrained.pretrained_or_fixed_bert(self._bert_params, self.bert_config, self.config.seed)
+    return pretrained.pretrained_or_fixed_bert(self.pretrained_bert, self.bert_config, self.config.seed)
 
   def pretrained_params(self) -> dict[str, Any]:
     """For sentence items, the pretrained BERT; for entity items nothing: the scorer fine-tunes the DOCENT

@@ -38,41 +38,57 @@ from docent_jax.models import task_heads
 from docent_jax.objectives import base
 
 TASKS = ("nli", "phrase")
-# Each task's classes: its head's width.
-TASK_CLASSES = {"nli": len(nli.LABELS), "phrase": len(phrases.RELATIONS)}
+# Each task's label names: its head's classes.
+TASK_LABELS = {"nli": nli.LABELS, "phrase": phrases.RELATIONS}
 # Beside the TFDS datasets: the analogy candidates, made once per question set and reference model.
 CANDIDATES_DIR = "analogy_candidates"
+
+
+def tasks_in_batches(config: ml_collections.ConfigDict) -> dict[str, int]:
+  """Each task's rows of a global batch (`data.task_ratio`; a task of share 0 is left out)."""
+  unknown = sorted(set(config.data.task_ratio) - set(TASKS))
+  if unknown:
+    raise ValueError(f"config.data.task_ratio: unknown tasks {unknown}; valid: {list(TASKS)}.")
+  return sampling.rows_per_task(dict(config.data.task_ratio), config.train.global_batch_size)
 
 
 class UniversalObjective(base.Objective):
   """Siamese multi-task training of a text encoder; see the module docstring."""
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh):
-    super().__init__(config, mesh)
-    data = config.data
-    unknown = sorted(set(data.task_ratio) - set(TASKS))
-    if unknown:
-      raise ValueError(f"config.data.task_ratio: unknown tasks {unknown}; valid: {list(TASKS)}.")
-    self.rows_per_task = sampling.rows_per_task(dict(data.task_ratio), config.train.global_batch_size)
-    self.tasks: dict[str, universal_corpus.PairTask] = {}
-    if "nli" in self.rows_per_task:
-      self.tasks["nli"] = universal_corpus.load_nli_task(
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh, inputs: Any = None):
+    super().__init__(config, mesh, inputs)
+    self.rows_per_task = tasks_in_batches(config)
+    self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
+    self.bert_config = pretrained.model_bert_config(config.model, len(self.tokenizer))
+    self.pad_token_id = self.tokenizer.pad_token_id
+    # Each task's classes (name -> how many), in the batches' order of tasks.
+    self.task_classes = {name: len(labels) for name, labels in self.model().tasks.items()}
+
+  @classmethod
+  def load_data(cls, config: ml_collections.ConfigDict) -> dict[str, universal_corpus.PairTask]:
+    """The pair tasks that the batches mix (`data.task_ratio`), by name."""
+    data, tasks = config.data, {}
+    rows_per_task = tasks_in_batches(config)
+    if "nli" in rows_per_task:
+      tasks["nli"] = universal_corpus.load_nli_task(
           tuple(data.nli_sources), data_dir=data.tfds_data_dir, manual_dir=data.manual_dir,
           validation_fraction=data.validation_fraction, seed=config.seed)
-    if "phrase" in self.rows_per_task:
-      self.tasks["phrase"] = universal_corpus.load_phrase_task(
+    if "phrase" in rows_per_task:
+      tasks["phrase"] = universal_corpus.load_phrase_task(
           data.ppdb_pack, data_dir=data.tfds_data_dir, max_pairs_per_class=data.max_pairs_per_class or None,
           seed=config.seed)
-    self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    self.bert_config, self._bert_params = pretrained.load_model_bert(config.model, len(self.tokenizer))
-    self._build({name: len(task.label_names) for name, task in self.tasks.items()}, self.tokenizer.pad_token_id)
-    self.pair_tokens = {name: {split: self.tokenize_pairs(task.first[split], task.second[split])
-                               for split in universal_corpus.TASK_SPLITS}
-                        for name, task in self.tasks.items()}
+    return tasks
 
-  def _build(self, task_classes: dict[str, int], pad_token_id: int) -> None:
-    """Each task's classes (name -> how many, in the batches' order of tasks) and the padding id."""
-    self.task_classes, self.pad_token_id = task_classes, pad_token_id
+  @property
+  def tasks(self) -> dict[str, universal_corpus.PairTask]:
+    return self.data
+
+  @functools.cached_property
+  def pair_tokens(self) -> dict[str, dict[str, np.ndarray]]:
+    """Per task and split, the token ids [m, 2, max_len] of its pairs."""
+    return {name: {split: self.tokenize_pairs(task.first[split], task.second[split])
+                   for split in universal_corpus.TASK_SPLITS}
+            for name, task in self.tasks.items()}
 
   @property
   def encoder(self) -> bert.BertModel:
@@ -84,25 +100,8 @@ class UniversalObjective(base.Objective):
     """One head per task: its model's."""
     return self.model().heads
 
-  @classmethod
-  def from_shapes(cls, config: ml_collections.ConfigDict, mesh: Mesh, shapes: dict[str, int]) -> "UniversalObjective":
-    """The objective without its data: params, loss and batch shapes, for compiling its step ahead of time. The
-    tasks' classes are their label sets' (`TASK_CLASSES`); `shapes` is not needed."""
-    del shapes
-    objective = cls.__new__(cls)
-    base.Objective.__init__(objective, config, mesh)
-    ratio = {task: share for task, share in config.data.task_ratio.items()}
-    unknown = sorted(set(ratio) - set(TASKS))
-    if unknown:
-      raise ValueError(f"config.data.task_ratio: unknown tasks {unknown}; valid: {list(TASKS)}.")
-    objective.rows_per_task = sampling.rows_per_task(ratio, config.train.global_batch_size)
-    objective.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
-    objective.bert_config = pretrained.model_bert_config(config.model, len(objective.tokenizer))
-    task_classes = {task: TASK_CLASSES[task] for task in TASKS if task in objective.rows_per_task}
-    objective._build(task_classes, objective.tokenizer.pad_token_id)
-    objective._model = objective.create_model(
-        {"tasks": {task: [str(label) for label in range(classes)] for task, classes in task_classes.items()}})
-    return objective
+  def record_from_shapes(self) -> dict[str, Any]:
+    return {"tasks": {task: list(TASK_LABELS[task]) for task in TASKS if task in self.rows_per_task}}
 
   def vector_width(self) -> int:
     """The width of a text's vector."""
@@ -131,7 +130,7 @@ class UniversalObjective(base.Objective):
             "heads": self.heads.init(heads_rng, vectors, vectors)["params"]}
 
   def pretrained_params(self) -> dict[str, Any]:
-    return {} if self._bert_params is None else {"bert": self._bert_params}
+    return {} if self.pretrained_bert is None else {"bert": self.pretrained_bert}
 
   def train_batches(self, seed: int) -> Any:
     return sampling.mixed_task_batches(

@@ -236,6 +236,6 @@ class KgDirectory(KnowledgeGraphBuilder):
 
 def directory_config(directory: epath.PathLike, max_entities: int | None = None, seed: int = 0) -> KgConfig:
   """A `KgDirectory` config named after the directory, so a changed directory rebuilds."""
-  directory = tfds_builder.source_directory(directory, "Knowledge-graph")
-  name = f"{tfds_builder.directory_config_name(directory, 'kg')}_{config_name(max_entities, seed)}"
-  return KgConfig(name=name, max_entities=max_entities, seed=seed, directory=str(directory))
+  return tfds_builder.directory_config(KgConfig, directory, kind="Knowledge-graph", default_stem="kg",
+                                      options_name=config_name(max_entities, seed), max_entities=max_entities,
+                                      seed=seed)

@@ -93,11 +93,11 @@ class DeepmatcherDirectory(OfferBuilder):
 def directory_config(directory: epath.PathLike, attributes: tuple[str, ...] | None = None,
                      max_words: tuple[tuple[str, int], ...] | None = None) -> OfferConfig:
   """A `DeepmatcherDirectory` config named after the directory and its files, so a changed directory rebuilds."""
-  directory = tfds_builder.source_directory(directory, "DeepMatcher")
-  name = tfds_builder.directory_config_name(directory, "offers")
-  if attributes is not None or max_words is not None:
-    name += "_" + hashlib.sha256(repr((attributes, max_words)).encode()).hexdigest()[:8]
-  return OfferConfig(name=name, attributes=attributes, max_words=max_words, directory=str(directory))
+  # Serialization options, where given, as a hash: attribute names need not suit a config name.
+  options_name = ("" if attributes is None and max_words is None
+                  else hashlib.sha256(repr((attributes, max_words)).encode()).hexdigest()[:8])
+  return tfds_builder.directory_config(OfferConfig, directory, kind="DeepMatcher", default_stem="offers",
+                                      options_name=options_name, attributes=attributes, max_words=max_words)
 
 
 class AbtBuy(OfferBuilder):

@@ -19,7 +19,6 @@ preprocessing options; its name encodes the non-default ones.
 """
 import abc
 import dataclasses
-import re
 from typing import Any, Iterator
 
 from absl import logging
@@ -31,11 +30,13 @@ from docent_jax.data.reviews import files as review_files
 
 SPLITS = ("sentences", "entities", "tags", "genres")
 _DEFAULTS = review_files.PreprocessOptions()
-# Config-name token of each option: (prefix, how the value is written), in name order.
-_NAME_PARTS = (
-    ("min_review_words", "minwords"), ("min_reviews", "minreviews"), ("max_words", "maxwords"),
-    ("max_reviews_per_entity", "cap"), ("seed", "seed"))
-_FLAGS = (("strip_markup", "keepmarkup"), ("split_sentences", "nosplit"), ("remove_titles", "keeptitles"))
+# A config name holds the non-default options, e.g. 'minreviews1_cap20_seed3_keeptitles'; 'default' when none.
+_OPTION_NAMES = tfds_builder.OptionNames(
+    what="Review", defaults=_DEFAULTS,
+    numbers=(("min_review_words", "minwords"), ("min_reviews", "minreviews"), ("max_words", "maxwords"),
+             ("max_reviews_per_entity", "cap"), ("seed", "seed")),
+    flags=(("strip_markup", "keepmarkup"), ("split_sentences", "nosplit"), ("remove_titles", "keeptitles")),
+    empty="default")
 
 
 @dataclasses.dataclass(eq=False)
@@ -57,37 +58,18 @@ class ReviewConfig(tfds.core.BuilderConfig):
 
 
 def config_name(options: review_files.PreprocessOptions) -> str:
-  """'default', or the non-default options, e.g. 'minreviews1_cap20_keeptitles_seed3'."""
-  parts = [f"{prefix}{getattr(options, field)}" for field, prefix in _NAME_PARTS
-           if getattr(options, field) != getattr(_DEFAULTS, field)]
-  parts += [flag for field, flag in _FLAGS if getattr(options, field) != getattr(_DEFAULTS, field)]
-  return "_".join(parts) or "default"
+  """'default', or the non-default options, e.g. 'minreviews1_cap20_seed3_keeptitles'."""
+  return _OPTION_NAMES.name(options)
 
 
 def parse_config_name(name: str) -> review_files.PreprocessOptions:
-  """Inverse of `config_name`."""
-  if name == "default":
-    return _DEFAULTS
-  values: dict[str, Any] = {}
-  for part in name.split("_"):
-    flag = next((field for field, token in _FLAGS if part == token), None)
-    match = re.fullmatch(r"([a-z]+)(\d+)", part)
-    prefix = next((field for field, token in _NAME_PARTS if match and match.group(1) == token), None)
-    if flag is not None:
-      values[flag] = not getattr(_DEFAULTS, flag)
-    elif prefix is not None:
-      values[prefix] = int(match.group(2))
-    else:
-      tokens = [f"{token}<N>" for _, token in _NAME_PARTS] + [token for _, token in _FLAGS]
-      raise ValueError(f"Review config name {name!r}: unknown part {part!r}; parts are 'default' or "
-                       f"'_'-joined {tokens}.")
-  return review_files.PreprocessOptions(**values)
+  """Inverse of `config_name`; ValueError naming a part that is no option."""
+  return _OPTION_NAMES.parse(name)
 
 
-def make_config(options: review_files.PreprocessOptions = _DEFAULTS, directory: str | None = None,
-                name: str | None = None) -> ReviewConfig:
-  """A config for the options, named by `config_name` unless `name` is given."""
-  return ReviewConfig(name=name or config_name(options), directory=directory, **dataclasses.asdict(options))
+def make_config(options: review_files.PreprocessOptions = _DEFAULTS) -> ReviewConfig:
+  """A config for the options, named by `config_name`."""
+  return ReviewConfig(name=config_name(options), **dataclasses.asdict(options))
 
 
 class ReviewBuilder(tfds_builder.Builder, skip_registration=True):
@@ -182,6 +164,5 @@ class ReviewTsv(ReviewBuilder):
 
 def directory_config(directory: epath.PathLike, options: review_files.PreprocessOptions = _DEFAULTS) -> ReviewConfig:
   """A `ReviewTsv` config named after the directory and its files, so a changed directory rebuilds."""
-  directory = tfds_builder.source_directory(directory, "Review")
-  name = f"{tfds_builder.directory_config_name(directory, 'reviews')}_{config_name(options)}"
-  return make_config(options, directory=str(directory), name=name)
+  return tfds_builder.directory_config(ReviewConfig, directory, kind="Review", default_stem="reviews",
+                                      options_name=config_name(options), **dataclasses.asdict(options))

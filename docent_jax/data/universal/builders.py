@@ -20,7 +20,6 @@ own fields. Examples keep their order, so example i of `faq` has index i. The me
 fingerprint in its name, so that changed files build a new dataset.
 """
 import dataclasses
-import re
 from typing import Any, Iterator
 
 from absl import logging
@@ -82,8 +81,7 @@ class NliPairs(tfds_builder.Builder):
 
 def nli_directory_config(directory: epath.PathLike) -> NliConfig:
   """An `NliPairs` config named after the directory and its files, so a changed directory rebuilds."""
-  directory = tfds_builder.source_directory(directory, "NLI")
-  return NliConfig(name=tfds_builder.directory_config_name(directory, "nli"), directory=str(directory))
+  return tfds_builder.directory_config(NliConfig, directory, kind="NLI", default_stem="nli")
 
 
 @dataclasses.dataclass(eq=False)
@@ -100,15 +98,30 @@ class PhraseConfig(tfds.core.BuilderConfig):
   seed: int = 0
 
 
-def _phrase_options(max_pairs_per_class: int | None, seed: int) -> str:
-  """The config-name suffix of non-default options, e.g. '_max1000_seed1'."""
-  return ("" if max_pairs_per_class is None else f"_max{max_pairs_per_class}") + (f"_seed{seed}" if seed else "")
+@dataclasses.dataclass(frozen=True)
+class PhraseOptions:
+  """The options of a `PhraseRelations` config (see `PhraseConfig`); `pack` '' reads WordNet."""
+  pack: str = ""
+  max_pairs_per_class: int | None = None
+  seed: int = 0
+
+
+# A config name holds the non-default cap and seed after its base, e.g. 'wordnet_max1000_seed1'.
+_PHRASE_OPTION_NAMES = tfds_builder.OptionNames(what="Phrase-relation", defaults=PhraseOptions(),
+                                                numbers=(("max_pairs_per_class", "max"), ("seed", "seed")))
+WORDNET = "wordnet"
 
 
 def wordnet_config(max_pairs_per_class: int | None = None, seed: int = 0) -> PhraseConfig:
   """A WordNet config: 'wordnet', or e.g. 'wordnet_max1000_seed1'."""
-  return PhraseConfig(name="wordnet" + _phrase_options(max_pairs_per_class, seed),
-                      max_pairs_per_class=max_pairs_per_class, seed=seed)
+  options = PhraseOptions(max_pairs_per_class=max_pairs_per_class, seed=seed)
+  return PhraseConfig(name=_PHRASE_OPTION_NAMES.name(options, WORDNET), max_pairs_per_class=max_pairs_per_class,
+                      seed=seed)
+
+
+def parse_wordnet_config_name(name: str) -> PhraseOptions:
+  """Inverse of `wordnet_config`'s names; a PPDB pack's config is named by its path, never by a config name."""
+  return _PHRASE_OPTION_NAMES.parse(name, WORDNET)
 
 
 def ppdb_config(pack: epath.PathLike, max_pairs_per_class: int | None = None, seed: int = 0) -> PhraseConfig:
@@ -117,10 +130,17 @@ def ppdb_config(pack: epath.PathLike, max_pairs_per_class: int | None = None, se
   if not pack.is_file():
     raise FileNotFoundError(f"PPDB pack {pack} does not exist.")
   directory = tfds_builder.source_directory(pack.parent, "PPDB pack")
-  stem = re.sub(r"[^a-z0-9]+", "_", pack.name.lower()).strip("_")
-  return PhraseConfig(
-      name=f"ppdb_{stem}_{tfds_builder.directory_fingerprint(directory)}{_phrase_options(max_pairs_per_class, seed)}",
-      pack=str(directory / pack.name), max_pairs_per_class=max_pairs_per_class, seed=seed)
+  options = PhraseOptions(max_pairs_per_class=max_pairs_per_class, seed=seed)
+  base = f"ppdb_{tfds_builder.name_stem(pack.name)}_{tfds_builder.directory_fingerprint(directory)}"
+  return PhraseConfig(name=_PHRASE_OPTION_NAMES.name(options, base), pack=str(directory / pack.name),
+                      max_pairs_per_class=max_pairs_per_class, seed=seed)
+
+
+def phrase_config(options: PhraseOptions) -> PhraseConfig:
+  """The `PhraseRelations` config of `options`: its PPDB pack's, else WordNet's."""
+  if options.pack:
+    return ppdb_config(options.pack, options.max_pairs_per_class, options.seed)
+  return wordnet_config(options.max_pairs_per_class, options.seed)
 
 
 class PhraseRelations(tfds_builder.Builder):
@@ -162,17 +182,34 @@ class FaqConfig(tfds.core.BuilderConfig):
   seed: int = 0
 
 
+@dataclasses.dataclass(frozen=True)
+class FaqOptions:
+  """The query split of a `Faq` config (see `FaqConfig`)."""
+  test_fraction: float = faq.DEFAULT_TEST_FRACTION
+  seed: int = 0
+
+
+# A config name holds the non-default split options after its base, e.g. 'stackfaq_test0.2_seed1'.
+_FAQ_OPTION_NAMES = tfds_builder.OptionNames(what="FAQ", defaults=FaqOptions(),
+                                             numbers=(("test_fraction", "test"), ("seed", "seed")))
+STACKFAQ = "stackfaq"
+
+
 def faq_config(directory: epath.PathLike | None = None, test_fraction: float = faq.DEFAULT_TEST_FRACTION,
                seed: int = 0) -> FaqConfig:
   """A `Faq` config: 'stackfaq' when no directory is named, else named after the directory and its files;
   non-default split options are appended, e.g. 'stackfaq_test0.2_seed1'."""
-  options = ("" if test_fraction == faq.DEFAULT_TEST_FRACTION else f"_test{test_fraction:g}") + (
-      f"_seed{seed}" if seed else "")
+  options = FaqOptions(test_fraction, seed)
   if directory is None:
-    return FaqConfig(name="stackfaq" + options, test_fraction=test_fraction, seed=seed)
-  directory = tfds_builder.source_directory(directory, "FAQ")
-  return FaqConfig(name=tfds_builder.directory_config_name(directory, "faq") + options, directory=str(directory),
-                   test_fraction=test_fraction, seed=seed)
+    return FaqConfig(name=_FAQ_OPTION_NAMES.name(options, STACKFAQ), test_fraction=test_fraction, seed=seed)
+  return tfds_builder.directory_config(FaqConfig, directory, kind="FAQ", default_stem="faq",
+                                      options_name=_FAQ_OPTION_NAMES.name(options), test_fraction=test_fraction,
+                                      seed=seed)
+
+
+def parse_stackfaq_config_name(name: str) -> FaqOptions:
+  """Inverse of `faq_config`'s StackFAQ names ('stackfaq_test0.2_seed1')."""
+  return _FAQ_OPTION_NAMES.parse(name, STACKFAQ)
 
 
 class Faq(tfds_builder.Builder):

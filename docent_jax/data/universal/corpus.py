@@ -29,6 +29,29 @@ NLI_MANUAL_SUBDIRS = {"snli": "nli/snli", "mnli": "nli/mnli"}
 FAQ_MANUAL_SUBDIR = "faq/stackfaq"
 # The dev splits an NLI source with a training split validates on.
 _NLI_DEV_SPLITS = ("dev", "dev_matched", "validation")
+# The builders of each kind of source, by TFDS name, as `tfds_loading.make_builder` takes them. NLI: the predefined
+# configs 'nli_pairs/snli' and 'nli_pairs/mnli', or a directory of JSON-lines files.
+NLI_BUILDERS = tfds_loading.BuilderRegistry(
+    what="NLI dataset",
+    builders={builders.NliPairs.name: builders.NliPairs},
+    directory_builder=builders.NliPairs,
+    config=lambda options, directory: builders.nli_directory_config(directory))
+# Phrase relations: options `builders.PhraseOptions` (a PPDB pack, or WordNet), no directory of their own; a config
+# name holds WordNet's options ('phrase_relations/wordnet_max1000_seed1').
+PHRASE_BUILDERS = tfds_loading.BuilderRegistry(
+    what="phrase-relation dataset",
+    builders={builders.PhraseRelations.name: builders.PhraseRelations},
+    config=lambda options, directory: builders.phrase_config(options),
+    parse_config_name=builders.parse_wordnet_config_name,
+    default_options=builders.PhraseOptions())
+# FAQ: options `builders.FaqOptions` (the query split) of StackFAQ ('faq/stackfaq_test0.2_seed1') or a directory.
+FAQ_BUILDERS = tfds_loading.BuilderRegistry(
+    what="FAQ dataset",
+    builders={builders.Faq.name: builders.Faq},
+    directory_builder=builders.Faq,
+    config=lambda options, directory: builders.faq_config(directory, options.test_fraction, options.seed),
+    parse_config_name=builders.parse_stackfaq_config_name,
+    default_options=builders.FaqOptions())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,14 +155,14 @@ def load_nli_task(sources: Sequence[str], *, data_dir: epath.PathLike | None, ma
   """
   parts: dict[str, list[Columns]] = {split: [] for split in TASK_SPLITS}
   for source in sources:
-    kwargs = tfds_loading.builder_kwargs(data_dir)
     if epath.Path(source).is_dir():
-      builder, source_manual_dir = builders.NliPairs(config=builders.nli_directory_config(source), **kwargs), None
+      dataset, source_manual_dir = source, None
     elif source in NLI_MANUAL_SUBDIRS:
-      builder = builders.NliPairs(config=source, **kwargs)
+      dataset = f"{builders.NliPairs.name}/{source}"
       source_manual_dir = epath.Path(manual_dir) / NLI_MANUAL_SUBDIRS[source] if manual_dir else None
     else:
       raise ValueError(f"Unknown NLI source {source!r}: not a directory and not one of {sorted(NLI_MANUAL_SUBDIRS)}.")
+    builder = tfds_loading.make_builder(NLI_BUILDERS, dataset, data_dir=data_dir)
     splits = {split: _columns(data, ("premise", "hypothesis", "label"))
               for split, data in sorted(tfds_loading.prepare(builder, source_manual_dir).items())}
     if "train" in splits:
@@ -155,9 +178,8 @@ def load_nli_task(sources: Sequence[str], *, data_dir: epath.PathLike | None, ma
 def load_phrase_task(pack: str, *, data_dir: epath.PathLike | None, max_pairs_per_class: int | None,
                      seed: int) -> PairTask:
   """Phrase-relation pairs: from WordNet when `pack` is '', else from that PPDB 2.0 pack."""
-  config = (builders.ppdb_config(pack, max_pairs_per_class, seed) if pack
-            else builders.wordnet_config(max_pairs_per_class, seed))
-  builder = builders.PhraseRelations(config=config, **tfds_loading.builder_kwargs(data_dir))
+  builder = tfds_loading.make_builder(PHRASE_BUILDERS, builders.PhraseRelations.name, data_dir=data_dir,
+                                     options=builders.PhraseOptions(pack, max_pairs_per_class, seed))
   splits = tfds_loading.prepare(builder, None)
   return _task("phrase", phrases.RELATIONS,
                {split: _columns(splits[split], ("phrase1", "phrase2", "label")) for split in TASK_SPLITS})
@@ -186,16 +208,15 @@ def load_faq(source: str, *, data_dir: epath.PathLike | None, manual_dir: epath.
   """A FAQ set: 'stackfaq' (from `FAQ_MANUAL_SUBDIR` of `manual_dir`, else downloaded) or a FAQ directory
   (see `faq.read_faq_directory`); queries without a split are drawn into train and test by `seed`, and
   `validation_fraction` of the training queries (0: none) into 'validation', also by `seed`."""
-  if source == "stackfaq":
-    config = builders.faq_config(None, test_fraction, seed)
+  if source == builders.STACKFAQ:
+    dataset = builders.Faq.name
     source_manual_dir = epath.Path(manual_dir) / FAQ_MANUAL_SUBDIR if manual_dir else None
   elif epath.Path(source).is_dir():
-    config, source_manual_dir = builders.faq_config(source, test_fraction, seed), None
+    dataset, source_manual_dir = source, None
   else:
     raise ValueError(f"Unknown FAQ source {source!r}: not 'stackfaq' and not a directory.")
-  # TFDS takes a config it defines by name only.
-  builder = builders.Faq(config=config.name if config.name in builders.Faq.builder_configs else config,
-                         **tfds_loading.builder_kwargs(data_dir))
+  builder = tfds_loading.make_builder(FAQ_BUILDERS, dataset, data_dir=data_dir,
+                                     options=builders.FaqOptions(test_fraction, seed))
   splits = tfds_loading.prepare(builder, source_manual_dir)
   items = tfds_loading.read_columns(splits["faq"], ("question", "answer"))
   queries, relevant = {}, {}
