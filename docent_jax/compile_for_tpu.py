@@ -6,14 +6,16 @@ whether they fit in the chips' memory, how fast they could run at best, and whic
 libtpu (`pip install -e '.[tpu]'`) describes the topology's chips (`jax.experimental.topologies`); XLA compiles the
 real step for them on this CPU, as the TPU VM would, and the compiled program reports its memory per chip, its
 FLOPs and bytes, and its HLO (all-gathers, all-reduces, ...). No dataset is read and no TPU is needed: the counts
-the data would give (entities, relations) come from `DATASET_SHAPES` by `config.data.dataset`, the config's own
-`shapes` block, or --num_entities / --num_relations, each over the one before.
+the data would give (entities, relations) come from the benchmark (the objective's `dataset_shapes`), the config's
+own `shapes` block, or --num_entities / --num_relations, each over the one before. Every method builds its objective
+from those shapes (`objectives.base.Shapes`); --run picks one run of a config (a baseline, a fine-tuning stage).
 
-Compiled: the training step (`train_step`), one evaluation batch of texts encoded (`encode`, at
-`model.inference_batch_size`), where the model has an entity set the exact top-k search over it (`search_top_k`),
-and for BLP the evaluator's filtered ranking of one batch of queries against every entity (`block_ranking`, at
-the link prediction entries' largest `query_batch_size`). The entity softmax is part of the step (DOCENT's full
-softmax).
+Compiled: the training step (`train_step`); where the model has a vector of one text (`vector_width`), one evaluation
+batch of texts encoded (`encode`, at `model.inference_batch_size`) and, where it has an entity set, the exact top-k
+search over it (`search_top_k`); and what the config's evaluators run on the devices besides
+(`evaluation.registry.register_lowered`: the link-prediction evaluator's filtered ranking of one batch of queries
+against every entity, `block_ranking`, at its entries' largest `query_batch_size`). The entity softmax is part of
+the step (DOCENT's full softmax).
 The report (JSON) holds per compiled function: `hbm_bytes_per_device` (arguments + outputs + temporaries -
 aliased), `hbm_capacity_bytes`, `fits`, `flops` and `bytes_accessed` per device and step,
 `step_seconds_lower_bound` (the larger of FLOPs at the chip's peak bf16 rate and bytes at its HBM bandwidth: no
@@ -44,14 +46,15 @@ from ml_collections import config_flags
 import ml_collections
 
 from docent_jax import cli
+from docent_jax import experiment
 from docent_jax import methods
 from docent_jax import outputs
 from docent_jax import parallel
 from docent_jax import trainer as trainers
 from docent_jax.evaluation import registry as evaluator_registry
 from docent_jax.inference import search
-from docent_jax.models import entity_table
-from docent_jax.models import pretrained
+from docent_jax.modules import entity_table
+from docent_jax.modules import pretrained
 from docent_jax.objectives import base as objective_base
 
 
@@ -74,16 +77,6 @@ CHIPS = {
 }
 _CHIPS_PER_HOST = (2, 2, 1)  # Every TPU VM host of these generations holds 4 chips (MaxText's table too).
 
-# What the data of each benchmark gives the model's shapes, as its files hold them: entities (an entity table's
-# rows, the search's candidates) and relations (BLP's relation table).
-DATASET_SHAPES: dict[str, dict[str, int]] = {
-    "wordnet_kg/subgraph_3000": {"num_entities": 3000, "num_relations": 11},
-    "wn18rr": {"num_entities": 40943, "num_relations": 11},
-    "fb15k237": {"num_entities": 14541, "num_relations": 237},
-    "wikidata5m": {"num_entities": 4594485, "num_relations": 822},
-    "imdb_movielens": {"num_entities": 812},
-    "reviews2movielens": {"num_entities": 81057},  # The DOCENT paper's Amazon movies.
-}
 DEFAULT_TOKENIZER = "minilm-l6"  # A tokenizer shipped as a package: its vocabulary sizes a fresh encoder.
 _COLLECTIVE = re.compile(r"=\s*(.+?)\s+(all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)"
                          r"(?:-start)?\(")
@@ -214,9 +207,10 @@ def with_local_encoder(config: ml_collections.ConfigDict) -> ml_collections.Conf
 
 
 def config_shapes(config: ml_collections.ConfigDict) -> dict[str, int]:
-  """The counts the data would give the config's shapes: its benchmark's (`DATASET_SHAPES`), over which the config's
-  own `shapes` block (e.g. `shapes=dict(num_entities=...)` for a dataset of its own) wins; no data is read."""
-  shapes = dict(DATASET_SHAPES.get(config.data.get("dataset", ""), {}))
+  """The counts the data would give the config's shapes: its benchmark's (the objective's `dataset_shapes`), over
+  which the config's own `shapes` block (e.g. `shapes=dict(num_entities=...)` for a dataset of its own) wins; no
+  data is read."""
+  shapes = methods.objective_class(config.objective).dataset_shapes(config)
   own = config.get("shapes") or {}
   unknown = sorted(set(own) - {"num_entities", "num_relations"})
   if unknown:
@@ -256,7 +250,8 @@ def compile_encode(objective: objective_base.Objective, params: Any, batch_size:
   mesh = objective.mesh
   tokens = jax.ShapeDtypeStruct((batch_size, objective.config.data.max_len), jnp.int32,
                                 sharding=parallel.batch_sharding(mesh))
-  return jax.jit(objective.model().encode_tokens, out_shardings=parallel.replicated(mesh)).lower(params, tokens).compile()
+  encode = jax.jit(objective.model().encode_tokens, out_shardings=parallel.replicated(mesh))
+  return encode.lower(params, tokens).compile()
 
 
 @_without_compilation_cache()
@@ -314,8 +309,10 @@ def _timed_report(compile_fn: Callable[[], Any], chip: Chip, **facts: Any) -> di
 
 
 def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, shapes: dict[str, int],
-           search_batch: bool = False, batch_compiles: int = 3) -> dict[str, Any]:
-  """Compiles the config's training step and search for the topology; the report (see the module docstring)."""
+           search_batch: bool = False, batch_compiles: int = 3, evaluations: bool = True) -> dict[str, Any]:
+  """Compiles the config's training step and, where it fits and `evaluations`, the evaluation's programs for the
+  topology; the report (see the module docstring). A step that does not fit is answered after its batch search
+  alone: no run of it starts, whatever the evaluation would need."""
   chip, devices = topology_devices(topology, num_slices)
   config = with_local_encoder(config)
   objective = build_objective(config, devices, shapes)
@@ -339,6 +336,19 @@ def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, sh
         needs, config.train.global_batch_size, multiple, chip.hbm_bytes, limit=batch_compiles)
     train_step["batches_tried"] = {str(batch): needed for batch, needed in sorted(measured.items())}
   functions = {"train_step": train_step}
+  if evaluations and train_step["fits"]:
+    functions.update(evaluation_reports(trainer, shapes, chip))
+  return {"config": config.get("name", ""), "objective": config.objective, "topology": topology,
+          "num_slices": num_slices, "devices": len(devices), "hosts": len({d.process_index for d in devices}),
+          "mesh": dict(mesh.shape), "chip": dataclasses.asdict(chip), "shapes": shapes,
+          "train_steps": config.train.num_steps, "functions": functions}
+
+
+def evaluation_reports(trainer: trainers.Trainer, shapes: dict[str, int], chip: Chip) -> dict[str, dict[str, Any]]:
+  """What evaluation runs on the devices, compiled: one batch of texts encoded, the search over the entity set, and
+  the config's evaluators' own programs (`evaluation.registry.register_lowered`)."""
+  objective, config, mesh = trainer.objective, trainer.config, trainer.mesh
+  functions = {}
   params = trainer.abstract_state().params
   dim = objective.vector_width()
   if dim:  # A model with a vector of one text.
@@ -357,10 +367,7 @@ def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, sh
       continue
     for name, (lowered, facts) in lowered_programs(objective.model(), shapes, mesh, dim, options).items():
       functions[name] = _timed_report(lowered.compile, chip, **facts)
-  return {"config": config.get("name", ""), "objective": config.objective, "topology": topology,
-          "num_slices": num_slices, "devices": len(devices), "hosts": len({d.process_index for d in devices}),
-          "mesh": dict(mesh.shape), "chip": dataclasses.asdict(chip), "shapes": shapes,
-          "train_steps": config.train.num_steps, "functions": functions}
+  return functions
 
 
 def misfits(result: dict[str, Any]) -> list[str]:
@@ -385,10 +392,21 @@ def misfits(result: dict[str, Any]) -> list[str]:
 FLAGS = flags.FLAGS
 
 
+def chosen_run(config: ml_collections.ConfigDict, run: str) -> ml_collections.ConfigDict:
+  """The config's run named `run` (its main model when empty): a baseline or fine-tuning stage compiles as its own
+  run config."""
+  if not run:
+    return config
+  runs = {each.name: each for each in experiment.model_configs(config)}
+  if run not in runs:
+    raise app.UsageError(f"--run={run}: not a run of this config; its runs: {', '.join(runs)}.")
+  return runs[run]
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  config = FLAGS.config
+  config = chosen_run(FLAGS.config, FLAGS.run)
   shapes = config_shapes(config)
   shapes.update({key: value for key, value in (("num_entities", FLAGS.num_entities),
                                                ("num_relations", FLAGS.num_relations)) if value})
@@ -399,7 +417,7 @@ def main(argv: list[str]) -> None:
                          f"{' and '.join(f'--{key}' for key in missing)}.")
   output = outputs.check_writable(FLAGS.output, "--output") if FLAGS.output else None
   result = report(config, FLAGS.topology, FLAGS.num_slices, shapes, search_batch=FLAGS.search_batch,
-                  batch_compiles=FLAGS.batch_compiles)
+                  batch_compiles=FLAGS.batch_compiles, evaluations=FLAGS.evaluations)
   if output is not None:
     outputs.write_atomically(output, json.dumps(result, indent=1) + "\n")
   for name, function in result["functions"].items():
@@ -422,12 +440,16 @@ if __name__ == "__main__":
                                   lock_config=True)
   flags.DEFINE_string("topology", None, "The TPU topology, <generation>:<shape>: v4:2x2x1 (v4-8), v5e:2x4 "
                       "(v5e-8), v5p:2x2x1 (v5p-8), v4:2x2x2 (v4-16, 2 hosts), v5e:4x4 (v5e-16, 4 hosts), ...")
+  flags.DEFINE_string("run", "", "One run of the config to compile (a baseline or fine-tuning stage, as --runs of "
+                      "docent_jax.main names it); empty: its main model.")
   flags.DEFINE_integer("num_slices", 1, "Slices of the topology (multislice over the data-center network).")
   flags.DEFINE_integer("num_entities", 0, "Entities, over the benchmark's and the config's `shapes` block.")
   flags.DEFINE_integer("num_relations", 0, "Relations (BLP), over the benchmark's and the config's `shapes` block.")
   flags.DEFINE_bool("search_batch", False, "Also find the largest batch that fits when the config's fits.")
   flags.DEFINE_integer("batch_compiles", 3, "Compiles at most, the config's batch included, spent finding the largest "
                        "batch that fits.")
+  flags.DEFINE_bool("evaluations", True, "Also compile what evaluation runs on the devices (encoding, search, the "
+                    "evaluators' programs) where the step fits; false: the step's one compile answers.")
   flags.DEFINE_string("output", "", "Where the report (JSON) goes; empty: the log only.")
   flags.mark_flags_as_required(["config", "topology"])
   cli.run(main, "compile_for_tpu", flags_parser=lambda argv: flags.FLAGS(argv))

@@ -25,7 +25,7 @@ from docent_jax import trainer as trainers
 from docent_jax.evaluation import seeds
 from docent_jax.inference import model as inference_model
 from docent_jax.inference import protocol
-from docent_jax.models import pretrained
+from docent_jax.modules import pretrained
 from docent_jax.objectives import base as objective_base
 
 _SEED_SUFFIX = re.compile(r"_seed\d+$")

@@ -33,7 +33,7 @@ METHODS: dict[str, Method] = {
     "blp": Method("docent_jax.objectives.blp:BlpObjective",
                   "docent_jax.inference.link_prediction:LinkPredictionModel", BLP),
     "cross_encoder": Method("docent_jax.objectives.pair_matching:CrossEncoderObjective",
-                            "docent_jax.inference.pair_matching:PairMatchingModel", SUPCON),
+                            "docent_jax.inference.pair_matching:CrossEncoderModel", SUPCON),
     "docent_dual": Method("docent_jax.objectives.docent_dual:DocentDualObjective",
                           "docent_jax.inference.movies:DualMovieModel", DOCENT),
     "docent_full": Method("docent_jax.objectives.docent_full:DocentFullObjective",

@@ -1,6 +1,6 @@
 """Device mesh, sharding rules and multi-host helpers.
 
-Sharding is declared once: parameters carry logical axis names (see `models/`), and a config's
+Sharding is declared once: parameters carry logical axis names (see `modules/`), and a config's
 `mesh.rules` maps those names to mesh axes. Nothing else in the code base names mesh axes, except
 batches, which are always split over the data axis.
 """

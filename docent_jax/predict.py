@@ -40,7 +40,7 @@ from docent_jax.inference import text_encoder
 
 # Task -> (the string keys of its input lines, the model class that answers it).
 TASKS = {"search": (("query",), protocol.Model), "link": (("text", "relation"), link_prediction.LinkPredictionModel),
-         "match": (("left", "right"), pair_matching.PairMatchingModel), "faq": (("query",), text_encoder.FaqModel)}
+         "match": (("left", "right"), pair_matching.OfferPairModel), "faq": (("query",), text_encoder.FaqModel)}
 _ENTITY_TASKS = ("search", "link", "faq")  # Answered from the run's entity set.
 _CHUNK = 256  # Lines encoded together.
 

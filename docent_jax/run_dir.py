@@ -8,15 +8,18 @@ open a `RunDir`; no other module spells a name of the layout. Every path goes th
 """
 from collections.abc import Callable, Iterator
 import contextlib
+import io
 import json
 import os
 import socket
 from typing import Any
+import zipfile
 
 from absl import logging
 from etils import epath
 import jax
 import ml_collections
+import numpy as np
 
 from docent_jax import checkpoints
 from docent_jax import outputs
@@ -281,6 +284,34 @@ class RunDir(_Directory):
   @property
   def entity_vectors_file(self) -> epath.Path:
     return self.path / ENTITY_VECTORS_FILE
+
+  def kept_entity_vectors(self, source: dict[str, Any], count: int) -> np.ndarray | None:
+    """The [count, d] entity vectors kept next to the run (`keep_entity_vectors`) when they were computed from
+    `source` (a step, a params fingerprint, the texts'); None when there are none, or of another source, or
+    damaged (logged)."""
+    path = self.entity_vectors_file
+    if not path.exists():
+      return None
+    try:
+      with np.load(io.BytesIO(path.read_bytes())) as kept:
+        if json.loads(str(kept["source"])) == source and kept["vectors"].shape[0] == count:
+          logging.info("Read the %d entity vectors of step %s from %s.", count, source.get("step"), path)
+          return kept["vectors"]
+      logging.info("%s is of other params or texts than step %s's; encoding the entities anew.", path,
+                   source.get("step"))
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
+      logging.warning("%s is damaged (%s); encoding the entities anew.", path, outputs.cause(error))
+    return None
+
+  def keep_entity_vectors(self, vectors: np.ndarray, source: dict[str, Any]) -> None:
+    """Keeps the entity vectors of `source` next to the run, for the next process that loads it; a read-only run
+    directory keeps none (logged): they are computed again next time."""
+    buffer = io.BytesIO()
+    np.savez(buffer, vectors=vectors, source=json.dumps(source, sort_keys=True))
+    try:
+      outputs.write_atomically(self.entity_vectors_file, buffer.getvalue())
+    except OSError as error:
+      logging.warning("The entity vectors were not kept (%s).", error)
 
   @property
   def search_index_dir(self) -> epath.Path:

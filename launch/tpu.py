@@ -91,8 +91,10 @@ def preflight(args: argparse.Namespace) -> None:
   if target is None:
     note(f"preflight skipped: no known topology for {args.accelerator_type}")
     return
+  # The step's one compile answers (evaluation is compiled by `compile_for_tpu` itself); a misfit adds at most two
+  # compiles, which find the largest batch that fits.
   command = [sys.executable, "-m", "docent_jax.compile_for_tpu", f"--config={args.config}", f"--topology={target}",
-             *args.overrides]
+             "--noevaluations", *args.overrides]
   note(f"preflight: compiling {args.config} for {args.accelerator_type} ({target}) here")
   done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
                         env={**os.environ, "JAX_PLATFORMS": "cpu"})

@@ -14,7 +14,7 @@ from docent_jax.data.universal import analogies as analogy_sets
 from docent_jax.data.universal import analogy_candidates
 from docent_jax.data.universal import corpus as universal_corpus
 from docent_jax.evaluation import analogies
-from docent_jax.models import pretrained
+from docent_jax.modules import pretrained
 
 NUM_ITEMS, DIM, NUM_QUESTIONS = 40, 8, 30
 

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from docent_jax.models import bert
-from docent_jax.models import pretrained
+from docent_jax.modules import bert
+from docent_jax.modules import pretrained
 import golden_checks
 
 GOLDEN_PATH = pathlib.Path(__file__).resolve().parent / "golden" / "minilm_l6_golden.npz"

@@ -157,7 +157,8 @@ def test_a_batch_that_does_not_fit_exits_1_with_one_line_naming_the_need_and_the
                       r"tried fits \(down to 64; --batch_compiles tries more\)", line), line
   step = json.loads((tmp_path / "r.json").read_text())["functions"]["train_step"]
   assert not step["fits"] and step["hbm_bytes_per_device"] > 16 << 30
-  assert "search_top_k" in json.loads((tmp_path / "r.json").read_text())["functions"]
+  # The misfit is answered after the batch search alone: nothing of the evaluation is compiled.
+  assert list(json.loads((tmp_path / "r.json").read_text())["functions"]) == ["train_step"]
 
 
 def test_supcons_step_compiles_from_shapes_alone_with_replicated_params_never_gathered():
@@ -269,3 +270,13 @@ def test_every_methods_step_compiles_for_a_v5e_8_without_gathering_a_sharded_par
   step = compile_for_tpu.analyse(compile_for_tpu.compile_train_step(trainer, 8), chip)
   assert not _gathered_params(step, sharded), step["collectives"]
   assert step["fits"] and step["flops"] > 0
+
+
+def test_run_picks_one_run_of_a_config_by_name():
+  config = supcon_config.get_config("abt_buy")
+  assert compile_for_tpu.chosen_run(config, "").objective == "supcon"
+  assert compile_for_tpu.chosen_run(config, "cross_encoder").objective == "cross_encoder"
+  trained = compile_for_tpu.chosen_run(config, "supcon_trained")
+  assert trained.objective == "pair_matching" and trained.model_init == "supcon"
+  with pytest.raises(Exception, match="--run=nope: not a run of this config; its runs: supcon, supcon_head"):
+    compile_for_tpu.chosen_run(config, "nope")

@@ -18,7 +18,7 @@ from docent_jax.data.reviews import search_queries
 from docent_jax.data.reviews import corpus as review_corpus
 from docent_jax.evaluation import movie_search
 from docent_jax.evaluation import registry
-from docent_jax.models import tag_scorers
+from docent_jax.modules import tag_scorers
 from review_fixtures import tiny_config
 import tiny_training
 

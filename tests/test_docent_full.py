@@ -8,10 +8,10 @@ import pytest
 from docent_jax import experiment
 from docent_jax import parallel
 from docent_jax import trainer as trainers
-from docent_jax.models import bert
-from docent_jax.models import docent_full as docent_full_model
-from docent_jax.models import masking
-from docent_jax.models import pretrained
+from docent_jax.modules import bert
+from docent_jax.modules import docent_full as docent_full_model
+from docent_jax.modules import masking
+from docent_jax.modules import pretrained
 from docent_jax.objectives import docent_full
 from review_fixtures import tiny_config
 import tiny_training

@@ -10,7 +10,7 @@ from docent_jax import experiment
 from docent_jax import parallel
 from docent_jax import trainer as trainers
 from docent_jax.data import tokenization
-from docent_jax.models import hybrid_encoder
+from docent_jax.modules import hybrid_encoder
 from docent_jax.objectives import docent_hybrid
 from review_fixtures import tiny_config
 import tiny_training

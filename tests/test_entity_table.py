@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from docent_jax import parallel
-from docent_jax.models import entity_table
+from docent_jax.modules import entity_table
 
 NUM_ENTITIES, DIM = 512, 16
 

@@ -23,7 +23,7 @@ from docent_jax import trainer as trainers
 from docent_jax.data.kg import graph as knowledge_graph
 from docent_jax.export import writer
 from docent_jax.inference import protocol
-from docent_jax.models import pretrained
+from docent_jax.modules import pretrained
 import kg_fixtures
 import review_fixtures
 import test_reliability

@@ -13,10 +13,10 @@ import pytest
 from docent_jax.export import encoder as encoders
 from docent_jax.export import onnx_graph
 from docent_jax.inference import protocol
-from docent_jax.models import bert
-from docent_jax.models import entity_table
-from docent_jax.models import pair_classifier
-from docent_jax.models import pretrained
+from docent_jax.modules import bert
+from docent_jax.modules import entity_table
+from docent_jax.modules import pair_classifier
+from docent_jax.modules import pretrained
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
             max_position_embeddings=40)

@@ -88,7 +88,7 @@ def test_the_command_line_imports_no_tensorflow_until_a_run_writes_summaries():
 _START_UP = """
 import json, sys
 from docent_jax.evaluation import registry
-from docent_jax.models import pretrained
+from docent_jax.modules import pretrained
 import ml_collections
 tokenizer = pretrained.load_tokenizer("minilm-l6")
 registry.specs(ml_collections.ConfigDict({"name": "m", "evals": {"test": {"type": "link_prediction"}}}))

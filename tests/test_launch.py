@@ -373,7 +373,7 @@ def test_create_refuses_a_config_that_does_not_fit_before_any_gcloud_command(cap
                "--config.model.bert.num_hidden_layers=1", "--config.model.bert.num_attention_heads=4",
                "--config.model.bert.intermediate_size=256", "--config.model.dim=16", "--config.data.max_len=16",
                "--config.train.global_batch_size=64", "--batch_compiles=1", "--num_relations=1000000000",
-               "--num_entities=1024"]  # A small entity set: the evaluation's compiles are quick.
+               "--num_entities=1024"]
   with pytest.raises(SystemExit, match=r"train_step needs \d+\.\d GiB of 16 GiB per v5e chip at batch 64"
                      r"(.|\n)*preflight: configs/blp.py:wn18rr does not fit v5litepod-4"):
     tpu.main(["--dry-run", "create", "--name", "my-tpu", "--zone", "us-west4-a", "--accelerator-type",

@@ -4,7 +4,7 @@ import pytest
 from sklearn import linear_model
 import threadpoolctl
 
-from docent_jax.models import logistic_probe
+from docent_jax.modules import logistic_probe
 
 
 @pytest.mark.parametrize("num_classes", [2, 3])

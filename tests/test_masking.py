@@ -2,7 +2,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from docent_jax.models import masking
+from docent_jax.modules import masking
 
 
 def test_masking_rates_and_only_maskable_positions():

@@ -14,8 +14,8 @@ from docent_jax.data import tokenization
 from docent_jax.data.offers import builders as offer_builders
 from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.data.offers import files as offer_files
-from docent_jax.models import bert
-from docent_jax.models import pretrained
+from docent_jax.modules import bert
+from docent_jax.modules import pretrained
 import test_offer_files
 
 SPLITS = offer_corpus.PAIR_SPLITS

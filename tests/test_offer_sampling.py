@@ -11,7 +11,7 @@ import pytest
 from docent_jax.data import tokenization
 from docent_jax.data.offers import labels as offer_labels
 from docent_jax.data.offers import sampling as offer_sampling
-from docent_jax.models import pretrained
+from docent_jax.modules import pretrained
 
 MAX_LEN = 24
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from docent_jax import parallel
-from docent_jax.models import tag_scorers
-from docent_jax.models import bert
-from docent_jax.models import pair_classifier
+from docent_jax.modules import tag_scorers
+from docent_jax.modules import bert
+from docent_jax.modules import pair_classifier
 
 CONFIG = bert.BertConfig.from_hf_dict(dict(vocab_size=50, hidden_size=16, num_hidden_layers=1,
                                            num_attention_heads=2, intermediate_size=32, hidden_dropout_prob=0.1))

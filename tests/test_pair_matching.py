@@ -6,8 +6,8 @@ from sklearn import metrics as sklearn_metrics
 from docent_jax.data import tokenization
 from docent_jax.data.offers import labels as offer_labels
 from docent_jax.evaluation import pair_matching
-from docent_jax.models import pair_probe
-from docent_jax.models import pretrained
+from docent_jax.modules import pair_probe
+from docent_jax.modules import pretrained
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from docent_jax.models import relations
+from docent_jax.modules import relations
 
 ALL_NAMES = sorted(relations.SCORING_FUNCTIONS)
 

@@ -11,8 +11,8 @@ import pytest
 from docent_jax import experiment
 from docent_jax import trainer as trainers
 from docent_jax.data import tokenization
-from docent_jax.models import bert
-from docent_jax.models import pretrained
+from docent_jax.modules import bert
+from docent_jax.modules import pretrained
 import golden_checks
 import test_supcon
 

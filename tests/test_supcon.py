@@ -19,7 +19,7 @@ from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.data.offers import labels as offer_labels
 from docent_jax.data.offers import sampling as offer_sampling
 from docent_jax.evaluation import pair_matching
-from docent_jax.models import pair_probe
+from docent_jax.modules import pair_probe
 from docent_jax.objectives import supcon
 import test_offer_files
 import tiny_training

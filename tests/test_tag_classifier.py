@@ -7,11 +7,11 @@ import pytest
 
 from docent_jax import parallel
 from docent_jax.data.reviews import tag_labels
-from docent_jax.models import tag_scorers
+from docent_jax.modules import tag_scorers
 from docent_jax.evaluation import tag_prediction
-from docent_jax.models import bert
-from docent_jax.models import docent_full
-from docent_jax.models import pretrained
+from docent_jax.modules import bert
+from docent_jax.modules import docent_full
+from docent_jax.modules import pretrained
 from test_tag_finetuning import _DIM, _TAGS, fit, toy_task
 
 

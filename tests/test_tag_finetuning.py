@@ -8,10 +8,10 @@ import pytest
 
 from docent_jax import optim
 from docent_jax.data.reviews import tag_labels
-from docent_jax.models import tag_scorers
+from docent_jax.modules import tag_scorers
 from docent_jax.evaluation import tag_prediction
-from docent_jax.models import bert
-from docent_jax.models import pretrained
+from docent_jax.modules import bert
+from docent_jax.modules import pretrained
 
 _TAGS = ["space", "horror", "romance", "western"]
 _DIM = 32

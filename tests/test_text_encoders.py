@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from docent_jax.models import bert
-from docent_jax.models import text_encoders
+from docent_jax.modules import bert
+from docent_jax.modules import text_encoders
 
 CONFIG = bert.BertConfig.from_hf_dict(dict(vocab_size=50, hidden_size=16, num_hidden_layers=1,
                                            num_attention_heads=2, intermediate_size=32))

@@ -27,7 +27,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import bench_input_pipeline  # pylint: disable=g-import-not-at-top  # A tool beside this one.
 from docent_jax.inference import text_encoder  # pylint: disable=g-import-not-at-top
-from docent_jax.models import pretrained  # pylint: disable=g-import-not-at-top
+from docent_jax.modules import pretrained  # pylint: disable=g-import-not-at-top
 
 BACKENDS = ("jax", "sentence_transformers")
 

@@ -34,8 +34,8 @@ import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 import numpy as np  # pylint: disable=g-import-not-at-top
 import optax  # pylint: disable=g-import-not-at-top
 
-from docent_jax.models import bert  # pylint: disable=g-import-not-at-top
-from docent_jax.models import pretrained  # pylint: disable=g-import-not-at-top
+from docent_jax.modules import bert  # pylint: disable=g-import-not-at-top
+from docent_jax.modules import pretrained  # pylint: disable=g-import-not-at-top
 
 LEARNING_RATE = 1e-5
 WEIGHT_DECAY = 0.01

@@ -49,7 +49,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from docent_jax import losses  # pylint: disable=g-import-not-at-top
 from docent_jax import parallel  # pylint: disable=g-import-not-at-top
-from docent_jax.models import entity_table  # pylint: disable=g-import-not-at-top
+from docent_jax.modules import entity_table  # pylint: disable=g-import-not-at-top
 
 SCALE = 20.0
 LEARNING_RATE = 0.1

@@ -66,7 +66,7 @@ from docent_jax import losses  # pylint: disable=g-import-not-at-top
 from docent_jax import parallel  # pylint: disable=g-import-not-at-top
 from docent_jax.data import io  # pylint: disable=g-import-not-at-top
 from docent_jax.evaluation import link_prediction  # pylint: disable=g-import-not-at-top
-from docent_jax.models import relations  # pylint: disable=g-import-not-at-top
+from docent_jax.modules import relations  # pylint: disable=g-import-not-at-top
 
 NUM_ENTITIES, NUM_RELATIONS, DIM = 40_943, 11, 128
 NUM_TEST_TRIPLES, NUM_FILTER_TRIPLES = 12_037, 93_003

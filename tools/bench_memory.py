@@ -50,7 +50,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from configs import common  # pylint: disable=g-import-not-at-top
 from docent_jax import optim  # pylint: disable=g-import-not-at-top
 from docent_jax import parallel  # pylint: disable=g-import-not-at-top
-from docent_jax.models import bert  # pylint: disable=g-import-not-at-top
+from docent_jax.modules import bert  # pylint: disable=g-import-not-at-top
 
 MiB = 2**20
 

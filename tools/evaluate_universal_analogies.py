@@ -30,7 +30,7 @@ from docent_jax.data import tfds_loading  # pylint: disable=g-import-not-at-top
 from docent_jax.data.universal import corpus as universal_corpus  # pylint: disable=g-import-not-at-top
 from docent_jax.evaluation import registry  # pylint: disable=g-import-not-at-top
 from docent_jax.inference import text_encoder  # pylint: disable=g-import-not-at-top
-from docent_jax.models import pretrained  # pylint: disable=g-import-not-at-top
+from docent_jax.modules import pretrained  # pylint: disable=g-import-not-at-top
 from docent_jax.objectives import universal as universal_objective  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS

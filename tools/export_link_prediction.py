@@ -39,7 +39,7 @@ def candidate_scores(scoring: str, anchor: np.ndarray, relation: np.ndarray, ent
     return -np.abs(query - unit(entities)).sum(axis=-1)
   if scoring == "distmult":
     return entities @ (anchor * relation)
-  raise ValueError(f"scoring {scoring!r}: this recipe covers transe and distmult (docent_jax/models/relations.py "
+  raise ValueError(f"scoring {scoring!r}: this recipe covers transe and distmult (docent_jax/modules/relations.py "
                    "has ComplEx and SimplE).")
 
 

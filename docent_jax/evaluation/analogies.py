@@ -27,8 +27,8 @@ from docent_jax.data.universal import analogies as analogy_sets
 from docent_jax.data.universal import analogy_candidates
 from docent_jax.data.universal import corpus as universal_corpus
 from docent_jax.evaluation import registry
-from docent_jax.models import bert
-from docent_jax.models import pretrained
+from docent_jax.modules import bert
+from docent_jax.modules import pretrained
 
 WORD = analogy_candidates.WORD
 LEVELS = (WORD, *analogy_sets.FRAMES)

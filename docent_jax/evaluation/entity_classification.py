@@ -18,7 +18,7 @@ import numpy as np
 from sklearn import metrics as sklearn_metrics
 
 from docent_jax.data.kg import graph as knowledge_graph
-from docent_jax.models import logistic_probe
+from docent_jax.modules import logistic_probe
 from docent_jax.evaluation import registry
 
 BLP_C_VALUES = (1e4, 1e3, 1e2, 10.0, 1.0, 0.1)

@@ -36,8 +36,8 @@ from docent_jax import parallel
 from docent_jax.data.kg import graph as knowledge_graph
 from docent_jax.evaluation import metrics
 from docent_jax.evaluation import registry
-from docent_jax.models import entity_table
-from docent_jax.models import relations
+from docent_jax.modules import entity_table
+from docent_jax.modules import relations
 
 Array = jax.Array | np.ndarray
 

@@ -25,7 +25,7 @@ from docent_jax.evaluation import bm25
 from docent_jax.evaluation import metrics
 from docent_jax.evaluation import registry
 from docent_jax.evaluation import tag_prediction
-from docent_jax.models import tag_scorers
+from docent_jax.modules import tag_scorers
 
 
 def evaluate_search(scores: np.ndarray, query_set: search_queries.QuerySet,

@@ -3,7 +3,7 @@
   * A pair is predicted a match when sigmoid(logit) > 0.5, i.e. logit > 0; reported are precision,
     recall and F1 of the match class, and the mean binary cross-entropy (`match_metrics`).
   * A frozen encoder's classifier is the logistic regression on its offer vectors' pair features that
-    `models.pair_probe` fits (`pair_probe`: its scores on validation and test, and the C it chose).
+    `modules.pair_probe` fits (`pair_probe`: its scores on validation and test, and the C it chose).
 Classifiers whose encoder is trained run through the trainer (`objectives.pair_matching`).
 """
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ from sklearn import metrics as sklearn_metrics
 
 from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.evaluation import registry
-from docent_jax.models import pair_probe
+from docent_jax.modules import pair_probe
 
 
 def pair_loss(logits: np.ndarray, labels: np.ndarray) -> float:

@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 
 from docent_jax import parallel
-from docent_jax.models import pretrained
+from docent_jax.modules import pretrained
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,7 @@ from typing import Any
 
 from docent_jax import methods
 from docent_jax import run_dir as run_dirs
-from docent_jax.models import pretrained
+from docent_jax.modules import pretrained
 
 # The Hub's pipeline tag and library of each format.
 _HUB_TAGS = {"sentence-transformers": ("sentence-transformers", "sentence-similarity"),

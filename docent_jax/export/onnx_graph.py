@@ -2,7 +2,7 @@
 onnxruntime (and any runtime that reads ONNX) runs without JAX or PyTorch.
 
 The graph reads a tokenizer's int64 `input_ids`, `attention_mask` and `token_type_ids` [batch, sequence] (both
-dimensions dynamic) and computes what the model's `encode` does: the BERT or RoBERTa of `models.bert`, the pooling,
+dimensions dynamic) and computes what the model's `encode` does: the BERT or RoBERTa of `modules.bert`, the pooling,
 the optional linear map and the optional L2 normalisation, giving `sentence_embedding` [batch, dim]; a
 cross-encoder gives its pair's `logits` [batch] instead. A bi-encoder's pair head ("pair_features") scores two
 texts' vectors, so it is no part of this single-text graph.
@@ -21,7 +21,7 @@ from onnx import helper
 from onnx import numpy_helper
 
 from docent_jax.export import encoder as encoders
-from docent_jax.models import bert
+from docent_jax.modules import bert
 
 OPSET = 17  # The first with LayerNormalization.
 # ONNX 1.12's IR version, the first that carries opset 17: the oldest runtimes that run the graph read it.

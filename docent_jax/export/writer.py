@@ -50,7 +50,7 @@ def _write_json(path: pathlib.Path, value: Any) -> None:
 def _write_transformer(encoder: encoders.ExportedEncoder, directory: pathlib.Path) -> None:
   """The BERT as Hugging Face's `AutoModel` reads it (config.json, model.safetensors) and its tokenizer, which
   truncates to the run's length."""
-  from docent_jax.models import pretrained  # pylint: disable=g-import-not-at-top
+  from docent_jax.modules import pretrained  # pylint: disable=g-import-not-at-top
   _write_json(directory / "config.json", pretrained.hf_config_dict(encoder.layout.bert_config))
   _save_tensors(directory / "model.safetensors", encoder.state_dict)
   _save_tokenizer(encoder, directory)

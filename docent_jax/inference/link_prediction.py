@@ -9,8 +9,8 @@ import numpy as np
 from docent_jax import parallel
 from docent_jax.data import tokenization
 from docent_jax.inference import protocol
-from docent_jax.models import blp_model
-from docent_jax.models import pretrained
+from docent_jax.modules import blp_model
+from docent_jax.modules import pretrained
 
 # BLP's encoders that are a BERT, a pooling and a linear map; why each of the others has no such form.
 BERT_ENCODERS = ("bert", "bert_mean")

@@ -17,12 +17,12 @@ import numpy as np
 from docent_jax import parallel
 from docent_jax.data import tokenization
 from docent_jax.inference import protocol
-from docent_jax.models import docent_full
-from docent_jax.models import dual_encoder
-from docent_jax.models import entity_table
-from docent_jax.models import hybrid_encoder
-from docent_jax.models import pretrained
-from docent_jax.models import tag_scorers
+from docent_jax.modules import docent_full
+from docent_jax.modules import dual_encoder
+from docent_jax.modules import entity_table
+from docent_jax.modules import hybrid_encoder
+from docent_jax.modules import pretrained
+from docent_jax.modules import tag_scorers
 
 
 class MovieModel(protocol.Model):

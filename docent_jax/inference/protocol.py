@@ -15,10 +15,7 @@ from collections.abc import Callable, Hashable, Sequence
 import copy
 import dataclasses
 import hashlib
-import io
-import json
 from typing import Any
-import zipfile
 
 from absl import logging
 import jax
@@ -26,7 +23,6 @@ from jax.sharding import Mesh
 import ml_collections
 import numpy as np
 
-from docent_jax import outputs
 from docent_jax import parallel
 from docent_jax import run_dir as run_dirs
 from docent_jax.inference import search as vector_search
@@ -43,7 +39,7 @@ class TextEncoderLayout:
   """How a model computes a text's vector from its params, in the terms other libraries use: a BERT (or RoBERTa)
   over `[CLS] text [SEP]` truncated to `max_len` tokens, a pooling of its outputs, an optional linear map and an
   optional L2 normalisation. What `docent_jax.export` writes as sentence-transformers modules and ONNX."""
-  bert_config: Any  # `models.bert.BertConfig`.
+  bert_config: Any  # `modules.bert.BertConfig`.
   bert_path: tuple[str, ...]  # Where the BERT's params are in the model's params.
   pooling: str  # "cls" (the first token's output) or "mean" (over the non-padding tokens).
   max_len: int
@@ -166,29 +162,17 @@ class Model(abc.ABC):
     return self._source
 
   def _saved_entity_vectors(self, texts: Sequence[str]) -> np.ndarray:
-    """The entity vectors saved next to the run when they are of these params and texts, else encoded (with a
-    progress bar where the model shows them) and saved there."""
+    """The entity vectors kept next to the run when they are of these params and texts, else encoded (with a
+    progress bar where the model shows them) and kept there."""
     if self.run_dir is None:
       return self.encode(texts)
-    path = self.run_dir.entity_vectors_file
     source = {**self.source(), "texts": _fingerprint(texts)}
-    if path.exists():
-      try:
-        with np.load(io.BytesIO(path.read_bytes())) as saved:
-          if json.loads(str(saved["source"])) == source and saved["vectors"].shape[0] == len(texts):
-            logging.info("Read the %d entity vectors of step %s from %s.", len(texts), self.step, path)
-            return saved["vectors"]
-        logging.info("%s is of other params or texts than step %s's; encoding the entities anew.", path, self.step)
-      except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
-        logging.warning("%s is damaged (%s); encoding the entities anew.", path, outputs.cause(error))
-    logging.info("Encoding the %d entities of %s (once: the vectors are kept in %s).", len(texts), self.name, path)
-    vectors = self.encode(texts, show_progress_bar=self.show_progress_bar is not False)
-    buffer = io.BytesIO()
-    np.savez(buffer, vectors=vectors, source=json.dumps(source, sort_keys=True))
-    try:
-      outputs.write_atomically(path, buffer.getvalue())
-    except OSError as error:  # A read-only run directory still answers; the vectors are encoded next time.
-      logging.warning("The entity vectors were not kept (%s).", error)
+    vectors = self.run_dir.kept_entity_vectors(source, len(texts))
+    if vectors is None:
+      logging.info("Encoding the %d entities of %s (once: the vectors are kept in %s).", len(texts), self.name,
+                   self.run_dir.entity_vectors_file)
+      vectors = self.encode(texts, show_progress_bar=self.show_progress_bar is not False)
+      self.run_dir.keep_entity_vectors(vectors, source)
     return vectors
 
   def search(self, queries: str | Sequence[str], k: int = 10, approximate: bool = False) -> Ranking:

@@ -35,7 +35,7 @@ import numpy as np
 
 from docent_jax import outputs
 from docent_jax import parallel
-from docent_jax.models import entity_table
+from docent_jax.modules import entity_table
 
 Array = jax.Array | np.ndarray
 # The files of a saved `AnnIndex` in its directory.

@@ -12,9 +12,9 @@ import numpy as np
 from docent_jax import parallel
 from docent_jax.data import tokenization
 from docent_jax.inference import protocol
-from docent_jax.models import bert
-from docent_jax.models import pretrained
-from docent_jax.models import task_heads
+from docent_jax.modules import bert
+from docent_jax.modules import pretrained
+from docent_jax.modules import task_heads
 
 # Row lengths (tokens) that texts are encoded in, the shortest that fits each text (then data.max_len): words
 # and phrases need a few tokens.

@@ -21,8 +21,8 @@ import ml_collections
 
 from docent_jax import methods
 from docent_jax.inference.protocol import Model
-from docent_jax.models import bert
-from docent_jax.models import pretrained
+from docent_jax.modules import bert
+from docent_jax.modules import pretrained
 
 
 class SkipRun(Exception):
@@ -77,6 +77,13 @@ class Objective(abc.ABC):
   @abc.abstractmethod
   def load_data(cls, config: ml_collections.ConfigDict) -> Any:
     """The dataset the config names (a knowledge graph, a corpus, ...), read or built."""
+
+  @classmethod
+  def dataset_shapes(cls, config: ml_collections.ConfigDict) -> dict[str, int]:
+    """The counts of the config's dataset where it is a benchmark whose counts are known without reading it (its
+    registry's `known_shapes`); empty by default."""
+    del config
+    return {}
 
   @property
   def data(self) -> Any:

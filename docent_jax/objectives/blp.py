@@ -21,9 +21,9 @@ from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.data.kg import graph as knowledge_graph
 from docent_jax.inference import link_prediction
-from docent_jax.models import blp_model
-from docent_jax.models import pretrained
-from docent_jax.models import text_encoders
+from docent_jax.modules import blp_model
+from docent_jax.modules import pretrained
+from docent_jax.modules import text_encoders
 from docent_jax.objectives import base
 
 
@@ -57,6 +57,10 @@ class BlpObjective(base.Objective):
     return knowledge_graph.load_knowledge_graph(
         config.data.dataset, data_dir=config.data.tfds_data_dir, manual_dir=config.data.manual_dir,
         setting=config.data.get("setting", "inductive"))
+
+  @classmethod
+  def dataset_shapes(cls, config: ml_collections.ConfigDict) -> dict[str, int]:
+    return dict(knowledge_graph.BUILDERS.known_shapes.get(config.data.dataset, {}))
 
   @property
   def graph(self) -> knowledge_graph.KnowledgeGraph:

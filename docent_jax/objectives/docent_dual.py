@@ -20,11 +20,11 @@ from docent_jax import losses
 from docent_jax.data import tokenization
 from docent_jax.data.reviews import corpus as review_corpus
 from docent_jax.data.reviews import pipeline as review_pipeline
-from docent_jax.models import bert
-from docent_jax.models import dual_encoder
-from docent_jax.models import entity_table
-from docent_jax.models import pretrained
-from docent_jax.models import tag_scorers
+from docent_jax.modules import bert
+from docent_jax.modules import dual_encoder
+from docent_jax.modules import entity_table
+from docent_jax.modules import pretrained
+from docent_jax.modules import tag_scorers
 from docent_jax.objectives import base
 
 NEGATIVES = ("in_batch", "full")
@@ -54,6 +54,11 @@ def load_corpus(config: ml_collections.ConfigDict) -> review_corpus.ReviewCorpus
                                           manual_dir=config.data.manual_dir)
 
 
+def known_corpus_shapes(config: ml_collections.ConfigDict) -> dict[str, int]:
+  """The movie count of a DOCENT config's benchmark corpus, where it is known without reading it."""
+  return dict(review_corpus.BUILDERS.known_shapes.get(config.data.dataset, {}))
+
+
 class MovieObjective(base.Objective):
   """What DOCENT's entity models share (DUAL, HYBRID, FULL): review sentences labelled with their movie, a BERT and
   a row per movie, evaluated by tag-query search and tag prediction."""
@@ -70,6 +75,10 @@ class MovieObjective(base.Objective):
   @classmethod
   def load_data(cls, config: ml_collections.ConfigDict) -> review_corpus.ReviewCorpus:
     return load_corpus(config)
+
+  @classmethod
+  def dataset_shapes(cls, config: ml_collections.ConfigDict) -> dict[str, int]:
+    return known_corpus_shapes(config)
 
   @property
   def corpus(self) -> review_corpus.ReviewCorpus:

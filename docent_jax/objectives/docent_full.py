@@ -8,7 +8,7 @@ Loss = L_E (masked entities) + `loss.mlm_weight` * L_MLM (masked word pieces). E
 movie search by P(e | query) from `[CLS] [MASK] [SEP] query [SEP]` (queries never trained on; every movie's
 reviews are pre-trained on), and tag prediction on the test movies (tags held out from the scorer's training, not
 reviews from pre-training) by a binary classifier on [CLS] of `[CLS] e [SEP] tag [SEP]`, fine-tuned with the
-entity rows fixed (`models.tag_scorers`).
+entity rows fixed (`modules.tag_scorers`).
 """
 from typing import Any
 
@@ -21,11 +21,11 @@ import numpy as np
 import scipy.sparse
 
 from docent_jax import losses
-from docent_jax.models import bert
-from docent_jax.models import docent_full
-from docent_jax.models import entity_table
-from docent_jax.models import masking
-from docent_jax.models import pretrained
+from docent_jax.modules import bert
+from docent_jax.modules import docent_full
+from docent_jax.modules import entity_table
+from docent_jax.modules import masking
+from docent_jax.modules import pretrained
 from docent_jax.objectives import docent_dual
 
 def max_predictions(length: int, rate: float) -> int:

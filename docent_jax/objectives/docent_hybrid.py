@@ -18,8 +18,8 @@ import ml_collections
 import numpy as np
 
 from docent_jax import losses
-from docent_jax.models import hybrid_encoder
-from docent_jax.models import masking
+from docent_jax.modules import hybrid_encoder
+from docent_jax.modules import masking
 from docent_jax.objectives import docent_dual
 
 

@@ -30,8 +30,8 @@ from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.data.universal import corpus as universal_corpus
 from docent_jax.inference import search
-from docent_jax.models import bert
-from docent_jax.models import pretrained
+from docent_jax.modules import bert
+from docent_jax.modules import pretrained
 from docent_jax.objectives import base
 from docent_jax.objectives import faq_negatives
 

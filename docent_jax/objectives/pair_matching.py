@@ -26,8 +26,8 @@ from docent_jax.data import tokenization
 from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.data.offers import labels as offer_labels
 from docent_jax.inference import pair_matching as pair_matching_model
-from docent_jax.models import pair_probe
-from docent_jax.models import pretrained
+from docent_jax.modules import pair_probe
+from docent_jax.modules import pretrained
 from docent_jax.objectives import base
 
 HEAD_INITS = ("fresh", "probe")

@@ -15,7 +15,7 @@ encoder's vectors pooled by `tags.sentence_pooling`; a movie's scores are the me
   * 'dual' (DUAL, HYBRID): score(e, t) = g(e) . f(t), f the mean-pooled BERT fine-tuned from the
     model's sentence encoder, a vote-weighted softmax over sampled candidate tags;
   * 'pair_classifier' (FULL): a logistic head on [CLS] of `[CLS] e [SEP] tag [SEP]`, BERT fine-tuned
-    from the model's, the entity rows fixed inputs (`models.tag_scorers`).
+    from the model's, the entity rows fixed inputs (`modules.tag_scorers`).
 Each step samples training movies and candidate tags (seeded by the step, so a resumed run draws the
 same steps). The `tag_prediction` evaluator reports `test/<label set>_<metric>` (closed) or
 `all/<label set>_open<fraction>_<metric>` (open).
@@ -35,10 +35,10 @@ from docent_jax.data import tokenization
 from docent_jax.data.reviews import corpus as review_corpus
 from docent_jax.data.reviews import tag_labels
 from docent_jax.inference import movies
-from docent_jax.models import bert
-from docent_jax.models import docent_full
-from docent_jax.models import pretrained
-from docent_jax.models import tag_scorers
+from docent_jax.modules import bert
+from docent_jax.modules import docent_full
+from docent_jax.modules import pretrained
+from docent_jax.modules import tag_scorers
 from docent_jax.objectives import base
 from docent_jax.objectives import docent_dual
 
@@ -85,6 +85,10 @@ class TagFinetuningObjective(base.Objective):
   @classmethod
   def load_data(cls, config: ml_collections.ConfigDict) -> review_corpus.ReviewCorpus:
     return docent_dual.load_corpus(config)
+
+  @classmethod
+  def dataset_shapes(cls, config: ml_collections.ConfigDict) -> dict[str, int]:
+    return docent_dual.known_corpus_shapes(config)
 
   @property
   def corpus(self) -> review_corpus.ReviewCorpus:

@@ -1,7 +1,7 @@
 """Universal representations from word to sentence (Li & Zhao): siamese multi-task training.
 
 One encoder (a BERT-family model, mean-pooled) encodes each text of a pair alone; each task has its own
-softmax head over [u, v, |u - v|] (`models.task_heads`), as in Sentence-BERT. Tasks:
+softmax head over [u, v, |u - v|] (`modules.task_heads`), as in Sentence-BERT. Tasks:
   * 'nli': premise / hypothesis -> entailment, neutral, contradiction (SNLI, MultiNLI);
   * 'phrase': phrase / phrase -> Equivalence, Entailment, Independent (PPDB 2.0 packs, or the same
     relations derived from WordNet where no pack is available).
@@ -32,9 +32,9 @@ from docent_jax.data.universal import corpus as universal_corpus
 from docent_jax.data.universal import nli
 from docent_jax.data.universal import phrases
 from docent_jax.data.universal import sampling
-from docent_jax.models import bert
-from docent_jax.models import pretrained
-from docent_jax.models import task_heads
+from docent_jax.modules import bert
+from docent_jax.modules import pretrained
+from docent_jax.modules import task_heads
 from docent_jax.objectives import base
 
 TASKS = ("nli", "phrase")

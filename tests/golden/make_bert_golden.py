@@ -11,7 +11,7 @@ import torch
 import transformers
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-from docent_jax.models import pretrained  # pylint: disable=g-import-not-at-top
+from docent_jax.modules import pretrained  # pylint: disable=g-import-not-at-top
 
 GOLDEN_PATH = pathlib.Path(__file__).resolve().parent / "minilm_l6_golden.npz"
 # Sentence pairs of different lengths, so the batch has padding and both token types.

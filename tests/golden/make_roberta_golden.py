@@ -15,7 +15,7 @@ import torch
 import transformers
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-from docent_jax.models import pretrained  # pylint: disable=g-import-not-at-top
+from docent_jax.modules import pretrained  # pylint: disable=g-import-not-at-top
 
 GOLDEN_DIR = pathlib.Path(__file__).resolve().parent
 MODEL_DIR = GOLDEN_DIR / "tiny_roberta"

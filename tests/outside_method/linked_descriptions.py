@@ -20,7 +20,7 @@ from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.data.kg import graph as knowledge_graph
 from docent_jax.inference import text_encoder
-from docent_jax.models import pretrained
+from docent_jax.modules import pretrained
 from docent_jax.objectives import base
 
 SCALE = 20.0  # Of the cosine logits.

@@ -24,7 +24,11 @@ BUILDERS = tfds_loading.BuilderRegistry(
     config=lambda options, directory: (kg_builders.directory_config(directory, *options) if directory
                                        else kg_builders.make_config(*options)),
     parse_config_name=kg_builders.parse_config_name,
-    default_options=(None, 0))
+    default_options=(None, 0),
+    known_shapes={"wordnet_kg/subgraph_3000": {"num_entities": 3000, "num_relations": 11},
+                  "wn18rr": {"num_entities": 40943, "num_relations": 11},
+                  "fb15k237": {"num_entities": 14541, "num_relations": 237},
+                  "wikidata5m": {"num_entities": 4594485, "num_relations": 822}})
 
 
 @dataclasses.dataclass

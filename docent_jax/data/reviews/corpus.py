@@ -23,7 +23,9 @@ BUILDERS = tfds_loading.BuilderRegistry(
     config=lambda options, directory: (review_builders.directory_config(directory, options) if directory
                                        else review_builders.make_config(options)),
     parse_config_name=review_builders.parse_config_name,
-    default_options=review_files.PreprocessOptions())
+    default_options=review_files.PreprocessOptions(),
+    known_shapes={"imdb_movielens": {"num_entities": 812},
+                  "reviews2movielens": {"num_entities": 81057}})  # The DOCENT paper's Amazon movies.
 
 
 @dataclasses.dataclass

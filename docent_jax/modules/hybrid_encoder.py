@@ -4,8 +4,8 @@ import math
 import jax
 import jax.numpy as jnp
 
-from docent_jax.models import bert
-from docent_jax.models import dual_encoder
+from docent_jax.modules import bert
+from docent_jax.modules import dual_encoder
 
 
 class HybridEncoder(dual_encoder.DualEncoder):

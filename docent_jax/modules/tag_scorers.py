@@ -40,9 +40,9 @@ import numpy as np
 from docent_jax import config_schema
 from docent_jax import parallel
 from docent_jax.data import tokenization
-from docent_jax.models import bert
-from docent_jax.models import docent_full
-from docent_jax.models import entity_table
+from docent_jax.modules import bert
+from docent_jax.modules import docent_full
+from docent_jax.modules import entity_table
 
 VOTE_WEIGHTINGS = ("votes", "log_votes")
 

@@ -6,8 +6,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from docent_jax.models import bert
-from docent_jax.models import entity_table
+from docent_jax.modules import bert
+from docent_jax.modules import entity_table
 
 
 class DualEncoder(nn.Module):

@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 
 from docent_jax.data import tokenization
-from docent_jax.models import bert
+from docent_jax.modules import bert
 
 # Alias -> (Python package shipping the model, directory inside that package).
 MODEL_ALIASES: dict[str, tuple[str, str]] = {

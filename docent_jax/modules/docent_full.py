@@ -10,8 +10,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from docent_jax.models import bert
-from docent_jax.models import entity_table
+from docent_jax.modules import bert
+from docent_jax.modules import entity_table
 
 ENTITY_POSITION = 1  # The entity token's position: [CLS] e [SEP] ...
 SENTENCE_START = 3  # The first position of the sentence segment.

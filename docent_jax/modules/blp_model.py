@@ -5,9 +5,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from docent_jax.models import pretrained
-from docent_jax.models import relations
-from docent_jax.models import text_encoders
+from docent_jax.modules import pretrained
+from docent_jax.modules import relations
+from docent_jax.modules import text_encoders
 
 
 class BlpModel(nn.Module):

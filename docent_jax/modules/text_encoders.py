@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from docent_jax.models import bert
+from docent_jax.modules import bert
 
 
 def _projection(dim: int, dtype: jnp.dtype, name: str = "projection") -> nn.Dense:

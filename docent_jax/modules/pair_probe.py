@@ -15,8 +15,8 @@ from sklearn import metrics as sklearn_metrics
 
 from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.data.offers import labels as offer_labels
-from docent_jax.models import logistic_probe
-from docent_jax.models import pair_classifier
+from docent_jax.modules import logistic_probe
+from docent_jax.modules import pair_classifier
 
 # Inverse regularisation strengths tried by the probe, chosen by validation F1.
 PROBE_C_VALUES = (0.01, 0.1, 1.0, 10.0, 100.0)

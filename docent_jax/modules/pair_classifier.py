@@ -19,7 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from docent_jax.models import bert
+from docent_jax.modules import bert
 
 # The pair features of the bi-encoder: [u, v, |u - v|, u * v].
 NUM_PAIR_FEATURES = 4
