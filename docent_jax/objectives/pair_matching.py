@@ -25,33 +25,19 @@ from docent_jax.data import pipeline
 from docent_jax.data import tokenization
 from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.data.offers import labels as offer_labels
-from docent_jax.inference import pair_matching as pair_matching_model
 from docent_jax.modules import pair_probe
-from docent_jax.modules import pretrained
-from docent_jax.objectives import base
+from docent_jax.objectives import offers
 
 HEAD_INITS = ("fresh", "probe")
 
 
-class PairMatchingObjective(base.Objective):
+class PairMatchingObjective(offers.OfferObjective):
   """A bi-encoder pair classifier, fine-tuned from the encoder of the run it starts from."""
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh, inputs: Any = None):
     if config.model.get("head_init", "fresh") not in HEAD_INITS:
       raise ValueError(f"Unknown model.head_init {config.model.head_init!r}; valid: {list(HEAD_INITS)}.")
     super().__init__(config, mesh, inputs)
-    self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
-                                               extra_special_tokens=pair_matching_model.OFFER_TOKENS)
-    self.bert_config = pretrained.model_bert_config(config.model, len(self.tokenizer))
-
-  @classmethod
-  def load_data(cls, config: ml_collections.ConfigDict) -> offer_corpus.OfferCorpus:
-    return offer_corpus.load_offer_corpus(config.data.dataset, data_dir=config.data.tfds_data_dir,
-                                          manual_dir=config.data.manual_dir)
-
-  @property
-  def corpus(self) -> offer_corpus.OfferCorpus:
-    return self.data
 
   @functools.cached_property
   def pairs(self) -> dict[str, np.ndarray]:
@@ -66,9 +52,6 @@ class PairMatchingObjective(base.Objective):
   def module(self) -> Any:
     """The Flax module the loss applies: its model's (`model()`), the one evaluation and `load()` use."""
     return self.model().module
-
-  def record_from_shapes(self) -> dict[str, Any]:
-    return self.inference_record()  # No count of the data sizes the model.
 
   def batch_shapes(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
     """One global training batch's arrays: each pair's two offers' token ids (a cross-encoder's: the pair's ids
@@ -88,9 +71,6 @@ class PairMatchingObjective(base.Objective):
     """Per split, the token ids [m, 2, max_len] of each pair's two offers."""
     tokens = tokenization.tokenize_texts(self.tokenizer, self.corpus.texts, self.config.data.max_len)
     return {split: tokens[pairs[:, :2]] for split, pairs in self.pairs.items()}
-
-  def data_fingerprint(self) -> dict[str, int | str]:
-    return self.corpus.fingerprint()
 
   def init_variables(self, rng: jax.Array) -> Any:
     return self.module.init(rng, jnp.zeros((1, 2, self.config.data.max_len), jnp.int32))["params"]
@@ -143,9 +123,6 @@ class PairMatchingObjective(base.Objective):
     labels = batch["label"].astype(jnp.float32)
     loss = optax.sigmoid_binary_cross_entropy(logits, labels).mean()
     return loss, {"loss": loss, "accuracy": jnp.mean((logits > 0) == (labels > 0))}
-
-  def inference_record(self) -> dict[str, Any]:
-    return {"special_tokens": list(pair_matching_model.OFFER_TOKENS)}
 
   def evaluation_data(self) -> offer_corpus.OfferCorpus:
     return dataclasses.replace(self.corpus, pairs=self.pairs)

@@ -18,17 +18,14 @@ from typing import Any
 from absl import logging
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh
-import ml_collections
 import numpy as np
 
 from docent_jax import losses
 from docent_jax.data.offers import corpus as offer_corpus
 from docent_jax.data.offers import labels as offer_labels
 from docent_jax.data.offers import sampling as offer_sampling
-from docent_jax.inference import pair_matching as pair_matching_model
-from docent_jax.modules import pretrained
 from docent_jax.objectives import base
+from docent_jax.objectives import offers
 
 LABELS = ("supervised", "self")
 
@@ -58,25 +55,10 @@ def offer_labels_of(corpus: offer_corpus.OfferCorpus, kind: str, *, fraction: fl
   return labels
 
 
-class SupconObjective(base.MeanPooledBertObjective):
+class SupconObjective(offers.OfferObjective, base.MeanPooledBertObjective):
   """Contrastive pre-training of the offer encoder (mean-pooled BERT)."""
 
   rows_per_example = 2  # Each anchor is followed by its partner.
-
-  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh, inputs: Any = None):
-    super().__init__(config, mesh, inputs)
-    self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer,
-                                               extra_special_tokens=pair_matching_model.OFFER_TOKENS)
-    self.bert_config = pretrained.model_bert_config(config.model, len(self.tokenizer))
-
-  @classmethod
-  def load_data(cls, config: ml_collections.ConfigDict) -> offer_corpus.OfferCorpus:
-    return offer_corpus.load_offer_corpus(config.data.dataset, data_dir=config.data.tfds_data_dir,
-                                          manual_dir=config.data.manual_dir)
-
-  @property
-  def corpus(self) -> offer_corpus.OfferCorpus:
-    return self.data
 
   @functools.cached_property
   def labels(self) -> np.ndarray:
@@ -84,17 +66,11 @@ class SupconObjective(base.MeanPooledBertObjective):
     loss = self.config.loss
     return offer_labels_of(self.corpus, loss.labels, fraction=loss.correspondence_fraction, seed=self.config.seed)
 
-  def record_from_shapes(self) -> dict[str, Any]:
-    return self.inference_record()  # No count of the data sizes the model.
-
   def batch_shapes(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
     """One global training batch's arrays: each anchor's and its partner's token ids and labels."""
     rows = self.rows_per_example * global_batch_size
     return {"tokens": jax.ShapeDtypeStruct((rows, self.config.data.max_len), jnp.int32),
             "label": jax.ShapeDtypeStruct((rows,), jnp.int32)}
-
-  def data_fingerprint(self) -> dict[str, int | str]:
-    return self.corpus.fingerprint()
 
   def train_batches(self, seed: int) -> Any:
     data = self.config.data
@@ -108,9 +84,6 @@ class SupconObjective(base.MeanPooledBertObjective):
     vectors = self.encode(params, batch["tokens"], deterministic=False, rng=rng)
     loss, metrics = losses.supcon_loss(vectors, batch["label"], self.config.loss.temperature)
     return loss, {**metrics, "loss": loss}
-
-  def inference_record(self) -> dict[str, Any]:
-    return {"special_tokens": list(pair_matching_model.OFFER_TOKENS)}
 
   def evaluation_data(self) -> offer_corpus.OfferCorpus:
     return self.corpus
