@@ -18,8 +18,8 @@ against every entity, `block_ranking`, at its entries' largest `query_batch_size
 the step (DOCENT's full softmax).
 The report (JSON) holds per compiled function: `hbm_bytes_per_device` (arguments + outputs + temporaries -
 aliased), `hbm_capacity_bytes`, `fits`, `flops` and `bytes_accessed` per device and step,
-`step_seconds_lower_bound` (the larger of FLOPs at the chip's peak bf16 rate and bytes at its HBM bandwidth: no
-step runs faster), and its collectives; for the training step also `projected_seconds` (the config's
+`step_seconds_lower_bound` (a compile-time estimate from XLA's cost model: the larger of its FLOPs at the chip's
+peak bf16 rate and its bytes at the HBM bandwidth), and its collectives; for the training step also `projected_seconds` (the config's
 `train.num_steps` times that bound) and, when it does not fit (or with --search_batch), the largest global batch
 that fits, found by bisection over compiles. Exit 0 when everything fits; 1 with one line per misfit.
 """
@@ -423,7 +423,7 @@ def main(argv: list[str]) -> None:
   for name, function in result["functions"].items():
     if function["flops"] is None:
       continue  # Refused by the compiler: its misfit line says it.
-    logging.info("%s on %s: %.2f of %.0f GiB per chip, %.3g FLOP, step >= %.3g s, %d collectives (%s).", name,
+    logging.info("%s on %s: %.2f of %.0f GiB per chip, %.3g FLOP, estimated step %.3g s, %d collectives (%s).", name,
                  FLAGS.topology, function["hbm_bytes_per_device"] / GIB, function["hbm_capacity_bytes"] / GIB,
                  function["flops"], function["step_seconds_lower_bound"],
                  sum(c["count"] for c in function["collectives"]),

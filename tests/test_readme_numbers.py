@@ -8,7 +8,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS_LINK = re.compile(r"\(((?:docs|tools)/results/[\w./-]+\.json)\)")
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])")  # Metrics print with decimals; counts and times do not.
 # Headers of the columns that hold this project's measurements.
-MEASURED_COLUMN = re.compile(r"\bhere\b|\bbaseline\b|GiB per chip|step >=|budget >=|Flax/PyTorch")
+MEASURED_COLUMN = re.compile(r"\bhere\b|\bbaseline\b|GiB per chip|\(estimate\)|Flax/PyTorch")
 GIB = 1 << 30
 
 

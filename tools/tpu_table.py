@@ -41,7 +41,7 @@ def row(path: pathlib.Path) -> str:
 
 def main(paths: list[str]) -> None:
   print("| report | topology | hosts | mesh (data x model) | batch | train step GiB per chip / HBM | fits | "
-        "GFLOP per chip and step | step >= | steps | steps x bound | all-gathers / all-reduces | "
+        "GFLOP per chip and step | step (estimate) | steps | steps x estimate | all-gathers / all-reduces | "
         "encode / search / ranking GiB per chip | report |")
   print("|" + "---|" * 14)
   for path in sorted(paths):
