@@ -13,7 +13,7 @@ import render_docs  # pylint: disable=g-import-not-at-top,g-bad-import-order
 
 def test_every_rendered_part_of_the_pages_equals_its_render():
   rendered = [path for path in render_docs.pages() if render_docs.BLOCK.search(path.read_text())]
-  assert REPO_ROOT / "README.md" in rendered
+  assert {REPO_ROOT / "README.md", REPO_ROOT / "docs" / "cloud_tpu.md"} <= set(rendered)
   for path in rendered:
     assert render_docs.render_page(path.read_text()) == path.read_text(), f"{path}: python tools/render_docs.py"
   assert render_docs.main(["--check"]) == 0
@@ -21,6 +21,7 @@ def test_every_rendered_part_of_the_pages_equals_its_render():
 
 def test_a_swapped_key_renders_another_page(tmp_path):
   shutil.copytree(REPO_ROOT / "docs", tmp_path / "docs")
+  shutil.copytree(REPO_ROOT / "tools" / "results", tmp_path / "tools" / "results")
   template = tmp_path / "docs" / "templates" / "readme_blp.md"
   text = template.read_text()
   mean, baseline = "blp_transe@seeds/test/mrr", "be_bow@seeds/test/mrr"
@@ -33,8 +34,9 @@ def test_a_swapped_key_renders_another_page(tmp_path):
 def test_placeholders_take_nested_keys_list_items_and_spreads(tmp_path):
   (tmp_path / "r.json").write_text('{"results": {"m/test/mrr": 0.41234, "m/test/mrr_std": 0.0161}, '
                                    '"points": [{"mrr": 0.2}, {"mrr": 0.3}]}')
-  assert render_docs.render_template("{{r.json: results/m/test/mrr | .3f ±}} and {{r.json: points/1/mrr | .2f}}",
-                                     tmp_path) == "0.412 ± 0.016 and 0.30"
+  assert render_docs.render_template("{{r.json: results/m/test/mrr | .3f ±}} and {{r.json: points/1/mrr | .2f}} "
+                                     "and {{r.json: points/1/mrr | .0f *1000}}",
+                                     tmp_path) == "0.412 ± 0.016 and 0.30 and 300"
   with pytest.raises(KeyError, match=r"r.json: no key 'results/m/test/map' \(found results of it\)"):
     render_docs.render_template("{{r.json: results/m/test/map | .3f}}", tmp_path)
   with pytest.raises(KeyError, match=r"r.json: 'points' is not a number"):

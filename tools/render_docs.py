@@ -11,8 +11,13 @@ key (a '/'-joined path into the JSON) and its format:
 
   {{docs/results/default.json: results/blp_transe/test/mrr | .3f}}
   {{docs/results/default_seeds.json: results/blp_transe@seeds/test/mrr | .3f ±}}   mean ± the key's `_std`
+  {{docs/results/cloud_tpu/default_v5e_2x4.json: functions/train_step/hbm_bytes_per_device | .2f /1073741824}}
+                                                                   a value scaled (here bytes to GiB) before formatting
 
-A number that is not a result (a paper's, a budget) is written as text and says where it comes from.
+A number that is not a result (a paper's, a budget) is written as text and says where it comes from. The table of
+TPU compile reports is rendered whole, a row per report (`tpu_table.py`):
+
+  <!-- rendered from docs/results/cloud_tpu/*.json by tools/render_docs.py -->
 
   python tools/render_docs.py            # rewrites the rendered parts
   python tools/render_docs.py --check    # exit 1 naming each page whose rendered part differs
@@ -23,14 +28,17 @@ import pathlib
 import re
 import sys
 
+import tpu_table
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 TEMPLATES = "docs/templates"
 PAGES = ("README.md", "docs/*.md")
-BLOCK = re.compile(r"(<!-- rendered from (?P<template>docs/templates/[\w.-]+\.md) by tools/render_docs\.py -->\n)"
+BLOCK = re.compile(r"(<!-- rendered from (?P<template>docs/templates/[\w.-]+\.md|docs/results/cloud_tpu/\*\.json) "
+                   r"by tools/render_docs\.py -->\n)"
                    r"(?P<body>.*?)"
                    r"(?P<end><!-- end of (?P=template) -->)", re.DOTALL)
-PLACEHOLDER = re.compile(r"\{\{\s*(?P<file>[\w./-]+\.json)\s*:\s*(?P<key>[^|}]+?)\s*\|\s*(?P<format>[^}±]+?)"
-                         r"\s*(?P<spread>±)?\s*\}\}")
+PLACEHOLDER = re.compile(r"\{\{\s*(?P<file>[\w./-]+\.json)\s*:\s*(?P<key>[^|}]+?)\s*\|\s*(?P<format>[^}±*/\s]+)"
+                         r"\s*(?:(?P<op>[*/])\s*(?P<scale>[\d.e+]+))?\s*(?P<spread>±)?\s*\}\}")
 
 
 def value(file: str, key: str, root: pathlib.Path = REPO_ROOT) -> float:
@@ -62,9 +70,11 @@ def render_template(text: str, root: pathlib.Path = REPO_ROOT) -> str:
 
   def replace(match: re.Match) -> str:
     file, key, spec = match["file"], match["key"].strip(), match["format"].strip()
-    rendered = format(value(file, key, root), spec)
+    scale = float(match["scale"]) if match["scale"] else 1.0
+    scaled = lambda number: number * scale if match["op"] == "*" else number / scale
+    rendered = format(scaled(value(file, key, root)), spec)
     if match["spread"]:
-      rendered += " ± " + format(value(file, f"{key}_std", root), spec)
+      rendered += " ± " + format(scaled(value(file, f"{key}_std", root)), spec)
     return rendered
 
   return PLACEHOLDER.sub(replace, text)
@@ -74,7 +84,10 @@ def render_page(page: str, root: pathlib.Path = REPO_ROOT) -> str:
   """The page with every rendered part rendered anew from its template."""
 
   def replace(match: re.Match) -> str:
-    body = render_template((root / match["template"]).read_text(), root)
+    if match["template"].endswith(".json"):  # Compile reports: one row each (`tpu_table`), whatever reports there are.
+      body = "\n" + tpu_table.table(sorted(root.glob(match["template"]))) + "\n\n"
+    else:
+      body = render_template((root / match["template"]).read_text(), root)
     return match.group(1) + body + match["end"]
 
   return BLOCK.sub(replace, page)

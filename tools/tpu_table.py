@@ -39,13 +39,16 @@ def row(path: pathlib.Path) -> str:
   return "| " + " | ".join(cells) + " |"
 
 
+def table(paths: list[pathlib.Path]) -> str:
+  """The Markdown table of the reports, one row each in the order given."""
+  header = ("| report | topology | hosts | mesh (data x model) | batch | train step GiB per chip / HBM | fits | "
+            "GFLOP per chip and step | step (estimate) | steps | steps x estimate | all-gathers / all-reduces | "
+            "encode / search / ranking GiB per chip | report |")
+  return "\n".join([header, "|" + "---|" * 14, *(row(path) for path in paths)])
+
+
 def main(paths: list[str]) -> None:
-  print("| report | topology | hosts | mesh (data x model) | batch | train step GiB per chip / HBM | fits | "
-        "GFLOP per chip and step | step (estimate) | steps | steps x estimate | all-gathers / all-reduces | "
-        "encode / search / ranking GiB per chip | report |")
-  print("|" + "---|" * 14)
-  for path in sorted(paths):
-    print(row(pathlib.Path(path)))
+  print(table(sorted(pathlib.Path(path) for path in paths)))
 
 
 if __name__ == "__main__":
