@@ -19,9 +19,10 @@ the step (DOCENT's full softmax).
 The report (JSON) holds per compiled function: `hbm_bytes_per_device` (arguments + outputs + temporaries -
 aliased), `hbm_capacity_bytes`, `fits`, `flops` and `bytes_accessed` per device and step,
 `step_seconds_lower_bound` (a compile-time estimate from XLA's cost model: the larger of its FLOPs at the chip's
-peak bf16 rate and its bytes at the HBM bandwidth), and its collectives; for the training step also `projected_seconds` (the config's
-`train.num_steps` times that bound) and, when it does not fit (or with --search_batch), the largest global batch
-that fits, found by bisection over compiles. Exit 0 when everything fits; 1 with one line per misfit.
+peak bf16 rate and its bytes at the HBM bandwidth), and its collectives; for the training step also
+`projected_seconds` (the config's `train.num_steps` times that estimate) and, when it does not fit (or with
+--search_batch), the largest global batch that a compile verified to fit, in 3 compiles (`largest_fitting_batch`);
+a step that does not fit is answered by that search alone. Exit 0 when everything fits; 1 with one line per misfit.
 """
 from collections.abc import Callable, Iterator
 import collections

@@ -51,8 +51,8 @@ class LinkedDescriptionsObjective(base.MeanPooledBertObjective):
   def train_batches(self, seed: int) -> Any:
     graph = self.data
     tokens = tokenization.tokenize_texts(self.tokenizer, graph.entity_texts, self.config.data.max_len)
-    return pipeline.triple_batches(graph.triples["train"], tokens, global_batch_size=self.config.train.global_batch_size,
-                                   seed=seed, pad_id=self.tokenizer.pad_token_id)
+    return pipeline.triple_batches(graph.triples["train"], tokens, seed=seed, pad_id=self.tokenizer.pad_token_id,
+                                   global_batch_size=self.config.train.global_batch_size)
 
   def loss(self, params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     head_rng, tail_rng = jax.random.split(rng)
