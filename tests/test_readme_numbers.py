@@ -111,6 +111,8 @@ def _tables_with_their_section(markdown: str) -> list[tuple[str, str]]:
       table = "\n".join(lines[start:i])
       if DECIMAL.search("\n".join(lines[start + 2:i])):
         after = i + 1
+        while after < len(lines) and (not lines[after].strip() or lines[after].startswith("<!-- end of ")):
+          after += 1  # Past a rendered table's end marker (tools/render_docs.py) to the paragraph after it.
         while after < len(lines) and lines[after].strip() and not lines[after].startswith(("#", "|")):
           after += 1
         tables.append(("\n".join(lines[section_start:start] + lines[i:after]), table))
