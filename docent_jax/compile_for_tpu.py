@@ -235,10 +235,10 @@ def compile_train_step(trainer: trainers.Trainer, global_batch_size: int) -> Any
   """The trainer's own jitted step for one global batch, compiled for its mesh: the batch's rows split over the data
   axis, its shared entries (`shared_batch_keys`) whole on every device."""
   objective = trainer.objective
-  split, whole = parallel.batch_sharding(trainer.mesh), parallel.replicated(trainer.mesh)
-  batch = {key: jax.ShapeDtypeStruct(value.shape, value.dtype,
-                                     sharding=whole if key in objective.shared_batch_keys else split)
-           for key, value in objective.batch_shapes(global_batch_size).items()}
+  shapes = objective.batch_shapes(global_batch_size)
+  shardings = parallel.batch_entry_shardings(shapes, trainer.mesh, objective.shared_batch_keys)
+  batch = {key: jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=shardings[key])
+           for key, value in shapes.items()}
   state = trainer.abstract_state()
   step = trainer.compile_train_step(state, jax.tree.map(lambda x: x.sharding, batch))
   return step.lower(state, batch).compile()

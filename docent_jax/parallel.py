@@ -4,7 +4,7 @@ Sharding is declared once: parameters carry logical axis names (see `modules/`),
 `mesh.rules` maps those names to mesh axes. Nothing else in the code base names mesh axes, except
 batches, which are always split over the data axis.
 """
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 import contextlib
 import contextvars
 import inspect
@@ -187,9 +187,14 @@ def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh,
   Arrays under `shared_keys` are whole values of the batch that every process passes in full (e.g.
   candidate labels scored against every row); they are replicated instead of split over the data axis.
   """
+  shardings = batch_entry_shardings(local_batch, mesh, shared_keys)
+  return {k: jax.make_array_from_process_local_data(shardings[k], np.asarray(v)) for k, v in local_batch.items()}
+
+
+def batch_entry_shardings(keys: Iterable[str], mesh: Mesh, shared_keys: Sequence[str] = ()) -> dict[str, NamedSharding]:
+  """Each batch entry's sharding: rows split over the data axis, or replicated for `shared_keys` (`global_batch`)."""
   rows, shared = batch_sharding(mesh), replicated(mesh)
-  return {k: jax.make_array_from_process_local_data(shared if k in shared_keys else rows, np.asarray(v))
-          for k, v in local_batch.items()}
+  return {k: shared if k in shared_keys else rows for k in keys}
 
 
 def fetch(tree: Any) -> Any:

@@ -168,7 +168,7 @@ class Objective(abc.ABC):
 
 
 class MeanPooledBertObjective(Objective):
-  """An objective whose params are one BERT (`{"bert": ...}`) read by mean pooling (SupCon, FAQ retrieval).
+  """An objective whose params hold one BERT (`{"bert": ...}`) read by mean pooling (SupCon, FAQ retrieval, universal).
   Subclasses set `tokenizer` and `bert_config`."""
 
   tokenizer: Any

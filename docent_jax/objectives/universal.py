@@ -32,7 +32,6 @@ from docent_jax.data.universal import corpus as universal_corpus
 from docent_jax.data.universal import nli
 from docent_jax.data.universal import phrases
 from docent_jax.data.universal import sampling
-from docent_jax.modules import bert
 from docent_jax.modules import pretrained
 from docent_jax.modules import task_heads
 from docent_jax.objectives import base
@@ -52,7 +51,7 @@ def tasks_in_batches(config: ml_collections.ConfigDict) -> dict[str, int]:
   return sampling.rows_per_task(dict(config.data.task_ratio), config.train.global_batch_size)
 
 
-class UniversalObjective(base.Objective):
+class UniversalObjective(base.MeanPooledBertObjective):
   """Siamese multi-task training of a text encoder; see the module docstring."""
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh, inputs: Any = None):
@@ -60,7 +59,6 @@ class UniversalObjective(base.Objective):
     self.rows_per_task = tasks_in_batches(config)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
     self.bert_config = pretrained.model_bert_config(config.model, len(self.tokenizer))
-    self.pad_token_id = self.tokenizer.pad_token_id
     # Each task's classes (name -> how many), in the batches' order of tasks.
     self.task_classes = {name: len(labels) for name, labels in self.model().tasks.items()}
 
@@ -91,21 +89,12 @@ class UniversalObjective(base.Objective):
             for name, task in self.tasks.items()}
 
   @property
-  def encoder(self) -> bert.BertModel:
-    """The BERT the loss applies: its model's (`model()`), the one evaluation and `load()` use."""
-    return self.model().encoder
-
-  @property
   def heads(self) -> task_heads.TaskHeads:
     """One head per task: its model's."""
     return self.model().heads
 
   def record_from_shapes(self) -> dict[str, Any]:
     return {"tasks": {task: list(TASK_LABELS[task]) for task in TASKS if task in self.rows_per_task}}
-
-  def vector_width(self) -> int:
-    """The width of a text's vector."""
-    return self.bert_config.hidden_size
 
   def batch_shapes(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
     """One global training batch's arrays: each pair's two texts' tokens, its task and its label."""
@@ -129,21 +118,12 @@ class UniversalObjective(base.Objective):
     return {"bert": self.encoder.init(bert_rng, tokens, tokens)["params"],
             "heads": self.heads.init(heads_rng, vectors, vectors)["params"]}
 
-  def pretrained_params(self) -> dict[str, Any]:
-    return {} if self.pretrained_bert is None else {"bert": self.pretrained_bert}
-
   def train_batches(self, seed: int) -> Any:
     return sampling.mixed_task_batches(
         {name: tokens["train"] for name, tokens in self.pair_tokens.items()},
         {name: task.labels["train"] for name, task in self.tasks.items()},
         {name: self.config.data.task_ratio[name] for name in self.tasks},
         global_batch_size=self.config.train.global_batch_size, seed=seed)
-
-  def encode(self, params: Any, tokens: jax.Array, *, deterministic: bool = True,
-             rng: jax.Array | None = None) -> jax.Array:
-    """Text vectors [N, d] of token ids [N, L]."""
-    return bert.mean_pooled(self.encoder, params["bert"], tokens, pad_token_id=self.pad_token_id,
-                            deterministic=deterministic, rng=rng)
 
   def task_logits(self, params: Any, tokens: jax.Array, *, deterministic: bool = True,
                   rng: jax.Array | None = None) -> dict[str, jax.Array]:
