@@ -41,10 +41,12 @@ def data(dataset: str, max_len: int) -> ml_collections.ConfigDict:
 def bert_model(pretrained: str = "minilm-l6", inference_batch_size: int = 128) -> ml_collections.ConfigDict:
   """pretrained: an alias or a Hugging Face BERT or RoBERTa directory (tokenizer: the same directory, for
   RoBERTa); "" = a fresh BERT shaped by `bert`. dtype: what the encoder computes in (params and optimizer
-  state stay float32); remat: recompute each layer's activations in the backward pass to save memory.
+  state stay float32); matmul_dtype: the operands of its matmuls, which accumulate in float32 ("auto": bfloat16
+  on accelerators and on CPUs with bf16 matmul instructions, `cpu_flags.matmul_dtype`), while the rest stays in
+  `dtype`; remat: recompute each layer's activations in the backward pass to save memory.
   inference_batch_size: texts encoded per call outside training (evaluators, a loaded model)."""
   return ml_collections.ConfigDict(dict(
-      pretrained=pretrained, tokenizer="minilm-l6", dtype="float32", remat=False,
+      pretrained=pretrained, tokenizer="minilm-l6", dtype="float32", matmul_dtype="float32", remat=False,
       inference_batch_size=inference_batch_size,
       bert=dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)))
 

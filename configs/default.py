@@ -22,6 +22,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.evals.validation.every_steps = 100
   config.optim.learning_rate = 5e-5
   config.optim.warmup_steps = 30
+  # bf16 matmul operands where the hardware multiplies them faster (docs/scaling.md#bfloat16-on-cpu): 3 seeds' test
+  # MRR level with float32's (docs/results/make_run_matmul_dtype_amd_epyc.json).
+  config.model.matmul_dtype = "auto"
   config.baselines = ml_collections.ConfigDict({
       "be_bow": {"model": {"encoder": "bow"}, "optim": {"learning_rate": 1e-3}},
   })

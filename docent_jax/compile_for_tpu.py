@@ -47,6 +47,7 @@ from ml_collections import config_flags
 import ml_collections
 
 from docent_jax import cli
+from docent_jax import cpu_flags
 from docent_jax import experiment
 from docent_jax import methods
 from docent_jax import outputs
@@ -54,6 +55,7 @@ from docent_jax import parallel
 from docent_jax import trainer as trainers
 from docent_jax.evaluation import registry as evaluator_registry
 from docent_jax.inference import search
+from docent_jax.modules import bert
 from docent_jax.modules import entity_table
 from docent_jax.modules import pretrained
 from docent_jax.objectives import base as objective_base
@@ -313,7 +315,14 @@ def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, sh
            search_batch: bool = False, batch_compiles: int = 3, evaluations: bool = True) -> dict[str, Any]:
   """Compiles the config's training step and, where it fits and `evaluations`, the evaluation's programs for the
   topology; the report (see the module docstring). A step that does not fit is answered after its batch search
-  alone: no run of it starts, whatever the evaluation would need."""
+  alone: no run of it starts, whatever the evaluation would need. The model computes as on TPU: the "auto"
+  matmul dtype is bfloat16 and every product multiplies bfloat16 operands (`bert.compiling_for`)."""
+  with bert.compiling_for("tpu"):
+    return _report(config, topology, num_slices, shapes, search_batch, batch_compiles, evaluations)
+
+
+def _report(config: ml_collections.ConfigDict, topology: str, num_slices: int, shapes: dict[str, int],
+            search_batch: bool, batch_compiles: int, evaluations: bool) -> dict[str, Any]:
   chip, devices = topology_devices(topology, num_slices)
   config = with_local_encoder(config)
   objective = build_objective(config, devices, shapes)
@@ -342,7 +351,8 @@ def report(config: ml_collections.ConfigDict, topology: str, num_slices: int, sh
   return {"config": config.get("name", ""), "objective": config.objective, "topology": topology,
           "num_slices": num_slices, "devices": len(devices), "hosts": len({d.process_index for d in devices}),
           "mesh": dict(mesh.shape), "chip": dataclasses.asdict(chip), "shapes": shapes,
-          "train_steps": config.train.num_steps, "functions": functions}
+          "train_steps": config.train.num_steps, "functions": functions,
+          "matmul_dtype": cpu_flags.matmul_dtype(config.model.get("matmul_dtype", "float32"), "tpu")}
 
 
 def evaluation_reports(trainer: trainers.Trainer, shapes: dict[str, int], chip: Chip) -> dict[str, dict[str, Any]]:

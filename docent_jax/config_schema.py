@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import ml_collections
 
+from docent_jax import cpu_flags
 from docent_jax import parallel
 
 class ConfigError(ValueError):
@@ -144,6 +145,10 @@ def check_config(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, row
   if "dtype" in config.get("model", {}):
     dtype = config.model.dtype
     checks.append(("model.dtype", dtype, dtype in MODEL_DTYPES, f"valid: {list(MODEL_DTYPES)}"))
+  if "matmul_dtype" in config.get("model", {}):
+    setting = config.model.matmul_dtype
+    checks.append(("model.matmul_dtype", setting, setting in cpu_flags.MATMUL_DTYPE_SETTINGS,
+                   f"valid: {list(cpu_flags.MATMUL_DTYPE_SETTINGS)}"))
   if "pooling" in config.get("model", {}):
     pooling = config.model.pooling
     checks.append(("model.pooling", pooling, pooling in MODEL_POOLINGS, f"valid: {list(MODEL_POOLINGS)}"))

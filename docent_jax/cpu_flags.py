@@ -43,6 +43,11 @@ class Cpu:
   features: frozenset[str]
 
   @property
+  def multiplies_bf16(self) -> bool:
+    """Whether the CPU has bf16 matmul instructions (AVX512_BF16 or AMX), at about twice its float32 rate."""
+    return bool({"avx512_bf16", "amx_bf16"} & self.features)
+
+  @property
   def family(self) -> str:
     if self.vendor == "GenuineIntel" and "amx_bf16" in self.features:
       return "intel-amx"
@@ -132,3 +137,19 @@ def only_cpu(machine: MutableMapping[str, str] | None = None,
   machine = os.environ if machine is None else machine
   if "JAX_PLATFORMS" not in machine and not any(exists(path) for path in _ACCELERATOR_DEVICES):
     machine["JAX_PLATFORMS"] = "cpu"
+
+
+# `model.matmul_dtype` values: "auto" picks bfloat16 where the hardware multiplies it faster than float32.
+MATMUL_DTYPE_SETTINGS = ("auto", "float32", "bfloat16")
+
+
+def matmul_dtype(setting: str, platform: str, cpu: Cpu | None = None) -> str:
+  """The matmul operand dtype of `model.matmul_dtype` on `platform` ('cpu', 'tpu', 'gpu'): "auto" is bfloat16 on
+  accelerators and on CPUs with bf16 matmul instructions (`Cpu.multiplies_bf16`), float32 on other CPUs."""
+  if setting not in MATMUL_DTYPE_SETTINGS:
+    raise ValueError(f"model.matmul_dtype={setting!r}: valid: {list(MATMUL_DTYPE_SETTINGS)}.")
+  if setting != "auto":
+    return setting
+  if platform != "cpu":
+    return "bfloat16"
+  return "bfloat16" if (cpu or read_cpu()).multiplies_bf16 else "float32"

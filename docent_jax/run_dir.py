@@ -41,10 +41,12 @@ EXPORTED_IDS_FILE = "entity_ids.txt"
 
 # Keys that may change between a run and its restart without changing what is trained: where it
 # runs (mesh), how it reads batches ahead (data.num_workers, data.prefetch), whether it recomputes activations
-# to save memory (model.remat) or cuts short rows to save time (model.short_half_width), how often it reports or
+# to save memory (model.remat), multiplies in bfloat16 (model.matmul_dtype: the numbers move within bf16's rounding)
+# or cuts short rows to save time (model.short_half_width), how often it reports or
 # saves, how it evaluates (`evals`, `model.inference_batch_size`, `data.search_queries`), and which other runs share its workdir
 # (`baselines`, `finetune`).
-RESTART_SAFE_KEYS = ("mesh", "data.num_workers", "data.prefetch", "model.remat", "model.short_half_width",
+RESTART_SAFE_KEYS = ("mesh", "data.num_workers", "data.prefetch", "model.remat", "model.matmul_dtype",
+                     "model.short_half_width",
                      "model.inference_batch_size", "train.log_every_steps", "train.checkpoint_every_steps",
                      "train.keep_checkpoints", "evals", "baselines", "finetune", "num_seeds",
                      "data.search_queries")
@@ -53,7 +55,7 @@ RESTART_SAFE_KEYS = ("mesh", "data.num_workers", "data.prefetch", "model.remat",
 ADDED_KEYS = {"optim.schedule": "linear", "data.drop_stopwords": False, "data.setting": "inductive",
               "model.entity_rows_multiple": 1, "data.train_entity_fraction": 1.0, "data.validation_query_fraction": 0.0,
               "data.search_queries": "", "model.pooling": "mean",
-              "model.sentence_pooling": "cls",
+              "model.sentence_pooling": "cls", "model.matmul_dtype": "float32",
               "loss.mining": {"exclude_same_answer": False, "range_min": 0, "range_max": 0, "relative_margin": 0.0}}
 # Keys of the former `eval` block, by their names now; a recorded config reads with them renamed, so that its run
 # still loads and resumes. The block's other keys were evaluator settings, now `evals` options.

@@ -3,6 +3,7 @@ import dataclasses
 import importlib.util
 import json
 import pathlib
+import re
 import sys
 
 import flax.linen as nn
@@ -124,6 +125,64 @@ def test_bfloat16_stays_close(minilm):
   cosine = (out * reference).sum(-1) / np.linalg.norm(out, axis=-1) / np.linalg.norm(reference, axis=-1)
   assert cosine.min() > 0.99, cosine.min()
   assert np.abs(out - reference).mean() < 0.05 * np.abs(reference).mean()
+
+
+def test_bfloat16_matmuls_stay_close_and_multiply_bf16_operands(minilm):
+  """`matmul_dtype='bfloat16'`: float32 hidden states within bf16 rounding of the float32 model's, and every
+  product of the compiled forward pass takes bf16 operands."""
+  config, params = minilm
+  batch = _random_batch(config.vocab_size, [16, 7])
+  reference = np.asarray(_apply(config, params, batch).last_hidden_state)
+  mixed = dataclasses.replace(config, matmul_dtype="bfloat16")
+  out = _apply(mixed, params, batch).last_hidden_state
+  assert out.dtype == jnp.float32
+  out = np.asarray(out)
+  cosine = (out * reference).sum(-1) / np.linalg.norm(out, axis=-1) / np.linalg.norm(reference, axis=-1)
+  assert cosine.min() > 0.999, cosine.min()
+  assert 0 < np.abs(out - reference).max() < bert.BF16_MATMUL_ATOL
+  model = bert.BertModel(mixed, add_pooler=True)
+  hlo = jax.jit(lambda p: model.apply({"params": p}, *(batch[name] for name in TOKEN_INPUTS))).lower(
+      params).as_text()
+  dots = re.findall(r"stablehlo.dot_general %\S+, %\S+, .*?: \((tensor<[^>]*>), (tensor<[^>]*>)\)", hlo)
+  assert len(dots) >= 6 * config.num_hidden_layers and all("bf16" in lhs and "bf16" in rhs for lhs, rhs in dots)
+
+
+@pytest.mark.parametrize("shapes, dimension_numbers", [
+    (((5, 7), (7, 3)), (((1,), (0,)), ((), ()))),  # x @ w
+    (((7, 5), (7, 3)), (((0,), (0,)), ((), ()))),  # a weight's gradient: the tokens contracted
+    (((5, 7), (3, 7)), (((1,), (1,)), ((), ()))),
+    (((2, 4, 3, 6), (2, 5, 3, 6)), (((3,), (3,)), ((0, 2), (0, 2)))),  # attention scores
+    (((3, 2, 4), (4, 5, 2)), (((2,), (0,)), ((1,), (2,)))),  # batch axes at different places
+    (((4, 3, 2), (2, 3, 5)), (((1, 2), (1, 0)), ((), ()))),  # two contracted axes, in another order
+])
+def test_bf16_products_gradients_are_the_float32_products_within_bf16_rounding(shapes, dimension_numbers):
+  rng = np.random.default_rng(0)
+  lhs, rhs = (jnp.asarray(rng.normal(size=shape), jnp.float32) for shape in shapes)
+  loss = lambda dot_general: lambda a, b: jnp.sum(jnp.sin(dot_general(a, b, dimension_numbers)))
+  mixed_config = bert.BertConfig(matmul_dtype="bfloat16")
+  expected = jax.grad(loss(jax.lax.dot_general), argnums=(0, 1))(lhs, rhs)
+  got = jax.grad(loss(bert.matmul(mixed_config)), argnums=(0, 1))(lhs, rhs)
+  for grad, reference in zip(got, expected):
+    assert grad.shape == reference.shape and grad.dtype == jnp.float32
+    assert 0 < jnp.abs(grad - reference).max() < 0.02 * jnp.abs(reference).max()
+  assert bert.matmul(bert.BertConfig()) is jax.lax.dot_general
+
+
+def test_a_tpu_compile_multiplies_every_product_in_bf16():
+  """On CPU a weight's gradient multiplies float32 operands (XLA:CPU has no faster bf16 kernel for it); compiled
+  for TPU (`compiling_for`), in bf16 like the rest."""
+  x, w = jnp.ones((8, 4)), jnp.ones((4, 3))
+  loss = lambda x, w: jnp.sum(bert.matmul(bert.BertConfig(matmul_dtype="bfloat16"))(x, w, (((1,), (0,)), ((), ()))))
+  operand_types = lambda: re.findall(r"stablehlo.dot_general .*?: \((tensor<[^>]*>), (tensor<[^>]*>)\)",
+                                     jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, w).as_text())
+  on_cpu = operand_types()
+  with bert.compiling_for("tpu"):
+    on_tpu = operand_types()
+  # The two gradient products (the forward one is not needed for a sum's gradient).
+  assert len(on_tpu) == 2 and all("bf16" in lhs and "bf16" in rhs for lhs, rhs in on_tpu)
+  assert len(on_cpu) == 2 and sum("f32" in lhs and "f32" in rhs for lhs, rhs in on_cpu) == 1
+  with pytest.raises(ValueError, match="Unsupported matmul_dtype 'float16'"):
+    bert.BertConfig(matmul_dtype="float16")
 
 
 def test_logical_partitioning_covers_every_param(minilm):
@@ -323,3 +382,10 @@ def test_missing_tensors_are_an_error(tmp_path):
   _minilm_copy(tmp_path, num_hidden_layers=7)
   with pytest.raises(ValueError, match=r"missing tensors \['encoder\.layer\.6\."):
     pretrained.load_bert(str(tmp_path))
+
+
+def test_how_the_model_computes_stays_out_of_its_hugging_face_config():
+  config = bert.BertConfig(remat=True, matmul_dtype="bfloat16")
+  written = pretrained.hf_config_dict(config)
+  assert not set(pretrained.COMPUTE_FIELDS) & set(written)
+  assert bert.BertConfig.from_hf_dict(written) == bert.BertConfig()

@@ -91,3 +91,20 @@ def test_forced_devices_get_two_pool_threads_each_unless_the_pool_is_set(environ
   returned = cpu_flags.size_thread_pool(environ, cores=cores)
   assert environ.get("PJRT_NPROC") == (threads or before)
   assert returned == (int(threads) if threads and before is None else None)
+
+
+@pytest.mark.parametrize("setting, platform, cpuinfo, expected", [
+    ("auto", "cpu", INTEL_AMX, "bfloat16"),
+    ("auto", "cpu", INTEL_AMX.replace(" amx_bf16 amx_tile", ""), "float32"),  # No bf16 instructions.
+    ("auto", "cpu", AMD.replace("avx512f", "avx512f avx512_bf16"), "bfloat16"),
+    ("auto", "tpu", AMD, "bfloat16"),
+    ("float32", "tpu", INTEL_AMX, "float32"),
+    ("bfloat16", "cpu", AMD, "bfloat16"),
+])
+def test_auto_matmuls_multiply_bf16_where_the_hardware_does(setting, platform, cpuinfo, expected):
+  assert cpu_flags.matmul_dtype(setting, platform, cpu_flags.read_cpu(cpuinfo)) == expected
+
+
+def test_an_unknown_matmul_dtype_names_the_key():
+  with pytest.raises(ValueError, match=r"model.matmul_dtype='float16': valid: \['auto', 'float32', 'bfloat16'\]"):
+    cpu_flags.matmul_dtype("float16", "cpu")

@@ -197,6 +197,7 @@ def test_changed_data_under_the_same_path_is_refused(tfds_dir, tmp_path):
     ("train.keep_checkpoints", 0, "must be at least 1"),
     ("train.num_steps", -3, "must be at least 0"),
     ("model.dtype", "float8", "valid: \\['float32', 'bfloat16', 'float16'\\]"),
+    ("model.matmul_dtype", "float16", "valid: \\['auto', 'float32', 'bfloat16'\\]"),
     ("optim.learning_rate", -1e-3, "must be greater than 0"),  # Gradient ascent.
     ("loss.margin", -1.0, "must be greater than 0"),  # A hinge already met: loss 0, nothing learned.
     ("loss.num_negatives", 0, "must be at least 1"),
@@ -271,14 +272,15 @@ def test_a_model_without_training_steps_keeps_its_initial_state(kg_dir, tfds_dir
   _assert_trees_close(jax.device_get(trainers.Trainer(config, tmp_path).train()[0]), initial, atol=0)
 
 
-def _loss_and_grads(kg_dir, tfds_dir, shape=(1, 1), dtype="float32", remat=False, encoder="bert"):
+def _loss_and_grads(kg_dir, tfds_dir, shape=(1, 1), dtype="float32", remat=False, encoder="bert",
+                    matmul_dtype="float32"):
   """Loss, gradients and param shardings of one step on the tiny KG's first batch, with the given mesh and model."""
   config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
   config.model.encoder = encoder
   config.mesh.shape = shape
   config.model.bert.hidden_size = 64  # Divisible by 4: the model axis really splits the projections.
   config.model.bert.intermediate_size = 128
-  config.model.update(dtype=dtype, remat=remat)
+  config.model.update(dtype=dtype, remat=remat, matmul_dtype=matmul_dtype)
   trainer = trainers.Trainer(config, "unused")
   state = trainer.initial_state()
   assert {x.dtype for x in jax.tree.leaves((state.params, state.opt_state)) if x.ndim} == {np.dtype("float32")}
@@ -317,6 +319,18 @@ def test_remat_changes_nothing_and_bfloat16_stays_close_to_float32(kg_dir, tfds_
   flat, bf16_flat = (np.concatenate([np.ravel(x) for x in jax.tree.leaves(g)]) for g in (grads, bf16_grads))
   cosine = flat @ bf16_flat / np.linalg.norm(flat) / np.linalg.norm(bf16_flat)
   assert cosine > 0.99, cosine
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (2, 4)])
+def test_bfloat16_matmuls_stay_close_to_float32_on_one_device_and_sharded(kg_dir, tfds_dir, shape):
+  """bf16 matmul operands (float32 everything else): the loss within 1%, gradients of cosine > 0.999, float32."""
+  loss, grads, _ = _loss_and_grads(kg_dir, tfds_dir, shape)
+  mixed_loss, mixed_grads, _ = _loss_and_grads(kg_dir, tfds_dir, shape, matmul_dtype="bfloat16")
+  assert mixed_loss != loss and mixed_loss == pytest.approx(loss, rel=1e-2)
+  assert {x.dtype for x in jax.tree.leaves(mixed_grads)} == {np.dtype("float32")}
+  flat, mixed_flat = (np.concatenate([np.ravel(x) for x in jax.tree.leaves(g)]) for g in (grads, mixed_grads))
+  cosine = flat @ mixed_flat / np.linalg.norm(flat) / np.linalg.norm(mixed_flat)
+  assert cosine > 0.999, cosine
 
 
 def _main_command(kg_dir, tfds_dir, workdir, *extra):

@@ -29,7 +29,9 @@ def row(path: pathlib.Path) -> str:
   cells = [path.stem.rsplit("_v", 1)[0], f"{report['topology']}" + (f" x {report['num_slices']}" if report["num_slices"] > 1
                                                                else ""),
            str(report["hosts"]), "x".join(str(v) for v in report["mesh"].values()),
-           str(step["global_batch_size"]), f"{step['hbm_bytes_per_device'] / GIB:.2f} / "
+           str(step["global_batch_size"]),
+           # Reports from before `model.matmul_dtype` multiplied in float32.
+           report.get("matmul_dtype", "float32"), f"{step['hbm_bytes_per_device'] / GIB:.2f} / "
            f"{step['hbm_capacity_bytes'] // GIB}", fits,
            "-" if step["flops"] is None else f"{step['flops'] / 1e9:.1f}",
            _seconds(step["step_seconds_lower_bound"]), f"{report['train_steps']:,}",
@@ -41,10 +43,10 @@ def row(path: pathlib.Path) -> str:
 
 def table(paths: list[pathlib.Path]) -> str:
   """The Markdown table of the reports, one row each in the order given."""
-  header = ("| report | topology | hosts | mesh (data x model) | batch | train step GiB per chip / HBM | fits | "
+  header = ("| report | topology | hosts | mesh (data x model) | batch | matmuls | train step GiB per chip / HBM | fits | "
             "GFLOP per chip and step | step (estimate) | steps | steps x estimate | all-gathers / all-reduces | "
             "encode / search / ranking GiB per chip | report |")
-  return "\n".join([header, "|" + "---|" * 14, *(row(path) for path in paths)])
+  return "\n".join([header, "|" + "---|" * 15, *(row(path) for path in paths)])
 
 
 def main(paths: list[str]) -> None:

@@ -7,12 +7,16 @@ Parameters carry logical axis names ('vocab', 'embed', 'mlp', 'heads', 'position
 'norm'); `docent_jax.parallel` maps them to mesh axes. The query, key and value projections are
 fused into one kernel of shape [embed, 3, heads] so that each layer does one matmul for all three.
 """
+import contextlib
+import contextvars
 import dataclasses
-from typing import Any, NamedTuple
+import functools
+from typing import Any, Callable, Iterator, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Dtype = Any
 
@@ -37,6 +41,9 @@ class BertConfig:
   # Not a Hugging Face field: recompute each layer's activations in the backward pass instead of keeping them
   # (less memory for one more forward pass per layer); params and results are unchanged.
   remat: bool = False
+  # Not a Hugging Face field: the operand dtype of every matmul ('float32' or 'bfloat16'). Products accumulate and
+  # return in float32; params, layer norms, softmax, GELU and residuals keep the model's dtype (`matmul`).
+  matmul_dtype: str = "float32"
 
   def __post_init__(self):
     if self.hidden_size % self.num_attention_heads:
@@ -44,6 +51,8 @@ class BertConfig:
                        f"{self.num_attention_heads}.")
     if self.hidden_act not in ACTIVATIONS:
       raise ValueError(f"Unsupported hidden_act {self.hidden_act!r}; valid: {sorted(ACTIVATIONS)}.")
+    if self.matmul_dtype not in MATMUL_DTYPES:
+      raise ValueError(f"Unsupported matmul_dtype {self.matmul_dtype!r}; valid: {list(MATMUL_DTYPES)}.")
     if self.model_type not in MODEL_TYPES:
       raise ValueError(f"Unsupported model_type {self.model_type!r}; valid: {list(MODEL_TYPES)}.")
 
@@ -64,6 +73,10 @@ class BertConfig:
 
 
 MODEL_TYPES = ("bert", "roberta")
+MATMUL_DTYPES = ("float32", "bfloat16")
+# How far bf16 matmul operands may move MiniLM's final hidden states from float32's (largest element; 0.026 on
+# tools/bench_encoder.py's batch of 32 x 64), where float32 matches PyTorch's to 1e-4.
+BF16_MATMUL_ATOL = 0.05
 
 
 # Hugging Face's names: 'gelu' is the exact (erf) GELU, 'gelu_new' the tanh approximation.
@@ -83,13 +96,115 @@ class BertOutput(NamedTuple):
   pooler_output: jax.Array | None  # [batch, hidden], None without a pooler
 
 
+def matmul(config: BertConfig) -> Callable[..., jax.Array]:
+  """`lax.dot_general` with operands in `config.matmul_dtype`, accumulated and returned in float32.
+
+  With bfloat16 operands, CPUs with AVX512_BF16 or AMX, TPUs and GPUs multiply at their bf16 rate, while
+  everything between the matmuls stays in the model's dtype. The gradient's matmuls take bfloat16 operands too
+  (`_bf16_dot_general`).
+  """
+  if config.matmul_dtype == "float32":
+    return jax.lax.dot_general
+  return _bf16_dot_general
+
+
+def _bf16_dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any, precision: Any = None,
+                      preferred_element_type: Any = None, **unused: Any) -> jax.Array:
+  """`lax.dot_general`'s signature (as `jnp.einsum` and `nn.Dense` call it); the result is always float32."""
+  del preferred_element_type, unused
+  return _bf16_product(lhs, rhs, dimension_numbers, precision)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _bf16_product(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any, precision: Any) -> jax.Array:
+  return jax.lax.dot_general(lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16), dimension_numbers, precision,
+                             preferred_element_type=jnp.float32)
+
+
+def _bf16_product_forward(lhs, rhs, dimension_numbers, precision):
+  lhs16, rhs16 = lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16)
+  out = jax.lax.dot_general(lhs16, rhs16, dimension_numbers, precision, preferred_element_type=jnp.float32)
+  # Empty arrays carry the operands' dtypes (residuals must be arrays) for the gradients.
+  return out, (lhs16, rhs16, jnp.zeros((0,), lhs.dtype), jnp.zeros((0,), rhs.dtype))
+
+
+def _bf16_product_backward(dimension_numbers, precision, residuals, cotangent):
+  lhs16, rhs16, lhs_like, rhs_like = residuals
+  cotangent16 = cotangent.astype(jnp.bfloat16)
+  (lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch) = dimension_numbers
+  lhs_grad = _product_transpose(cotangent16, rhs16, lhs16.ndim, (lhs_contracting, rhs_contracting),
+                                (lhs_batch, rhs_batch), precision, cotangent_lhs_first=True)
+  rhs_grad = _product_transpose(cotangent16, lhs16, rhs16.ndim, (rhs_contracting, lhs_contracting),
+                                (rhs_batch, lhs_batch), precision, cotangent_lhs_first=False)
+  return lhs_grad.astype(lhs_like.dtype), rhs_grad.astype(rhs_like.dtype)
+
+
+_bf16_product.defvjp(_bf16_product_forward, _bf16_product_backward)
+
+
+# The platform the products are compiled for, where it is not the default backend's (`compiling_for`).
+_TARGET_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar("target_platform", default=None)
+
+
+@contextlib.contextmanager
+def compiling_for(platform: str) -> Iterator[None]:
+  """Traces inside compile products for `platform` ('tpu', 'gpu', 'cpu'), e.g. a TPU step compiled on a CPU host."""
+  token = _TARGET_PLATFORM.set(platform)
+  try:
+    yield
+  finally:
+    _TARGET_PLATFORM.reset(token)
+
+
+def target_platform() -> str:
+  return _TARGET_PLATFORM.get() or jax.default_backend()
+
+
+def _leading_contraction_in_float32(ndim: int, contracting: list[int]) -> bool:
+  """Whether a product whose lhs (of `ndim` axes) contracts `contracting` runs on float32 operands: on CPU when
+  those are not its last axes (a weight's gradient, contracting the tokens), which XLA:CPU multiplies at the
+  float32 rate at best, and for bf16 operands with a float32 result has no kernel at all."""
+  trailing = list(range(ndim - len(contracting), ndim))
+  return target_platform() == "cpu" and sorted(contracting) != trailing
+
+
+def _product_transpose(cotangent: jax.Array, other: jax.Array, ndim: int, contracting: tuple, batch: tuple,
+                       precision: Any, cotangent_lhs_first: bool) -> jax.Array:
+  """The gradient of one operand of `dot_general` (with `ndim` axes; `contracting` and `batch` list its axes
+  first, then the other operand's), as a bf16 x bf16 -> f32 product of the cotangent and the other operand.
+
+  Written out (as `lax`'s own transpose rule) because the vjp of the float32-output product multiplies a
+  float32 cotangent, and XLA:CPU runs a bf16-output product at the float32 rate.
+  """
+  own_contracting, other_contracting = contracting
+  own_batch, other_batch = batch
+  own_kept = [axis for axis in range(ndim) if axis not in own_contracting and axis not in own_batch]
+  other_kept = [axis for axis in range(other.ndim) if axis not in other_contracting and axis not in other_batch]
+  # The cotangent's axes: batch, then the lhs's kept axes, then the rhs's.
+  num_batch = len(own_batch)
+  if cotangent_lhs_first:
+    cotangent_other = list(range(num_batch + len(own_kept), num_batch + len(own_kept) + len(other_kept)))
+  else:
+    cotangent_other = list(range(num_batch, num_batch + len(other_kept)))
+  if _leading_contraction_in_float32(cotangent.ndim, cotangent_other):
+    cotangent, other = cotangent.astype(jnp.float32), other.astype(jnp.float32)
+  product = jax.lax.dot_general(cotangent, other, ((cotangent_other, other_kept),
+                                                   (list(range(num_batch)), list(other_batch))),
+                                precision, preferred_element_type=jnp.float32)
+  # The product's axes: batch, own kept, then own contracting in the order of the other's contracting axes.
+  own_contracting_by_other = [own_contracting[i] for i in sorted(range(len(other_contracting)),
+                                                                 key=lambda i: other_contracting[i])]
+  return jnp.transpose(product, np.argsort([*own_batch, *own_kept, *own_contracting_by_other]))
+
+
+
 def _normal(config: BertConfig, axes: tuple[str | None, ...]) -> nn.initializers.Initializer:
   return nn.with_logical_partitioning(nn.initializers.normal(config.initializer_range), axes)
 
 
 def _dense(features: int, config: BertConfig, axes: tuple[str | None, str | None], dtype: Dtype,
            param_dtype: Dtype, name: str) -> nn.Dense:
-  return nn.Dense(features, dtype=dtype, param_dtype=param_dtype, name=name,
+  return nn.Dense(features, dtype=dtype, param_dtype=param_dtype, name=name, dot_general=matmul(config),
                   kernel_init=_normal(config, axes),
                   bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[-1:]))
 
@@ -143,21 +258,25 @@ def _maybe_dropout(module: nn.Module, x: jax.Array, rate: float, deterministic: 
 
 
 def attend(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array,
-           dropout_rate: float = 0.0, dropout_rng: jax.Array | None = None) -> jax.Array:
+           dropout_rate: float = 0.0, dropout_rng: jax.Array | None = None,
+           dot_general: Callable[..., jax.Array] = jax.lax.dot_general) -> jax.Array:
   """Scaled dot-product attention over [batch, length, heads, head_dim] inputs.
 
-  `mask` ([batch, 1, 1, length], True = attend) hides padded keys. Without a dropout key this is
-  `jax.nn.dot_product_attention`; with one, the attention probabilities get dropout as in BERT, which
-  that function does not offer, so the same computation is spelled out.
+  `mask` ([batch, 1, 1, length], True = attend) hides padded keys. Without a dropout key (and with plain
+  matmuls) this is `jax.nn.dot_product_attention`; with one, the attention probabilities get dropout as in
+  BERT, which that function does not offer, so the same computation is spelled out, its two matmuls by
+  `dot_general` (`matmul`).
   """
-  if dropout_rng is None:
+  if dropout_rng is None and dot_general is jax.lax.dot_general:
     return jax.nn.dot_product_attention(query, key, value, mask=mask, implementation="xla")
-  scores = jnp.einsum("bqhd,bkhd->bhqk", query, key) / jnp.sqrt(query.shape[-1]).astype(query.dtype)
+  scores = jnp.einsum("bqhd,bkhd->bhqk", query, key, _dot_general=dot_general).astype(query.dtype)
+  scores = scores / jnp.sqrt(query.shape[-1]).astype(query.dtype)
   # Same fill value as jax.nn.dot_product_attention, so both paths agree on fully padded rows.
   scores = jnp.where(mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min * 0.7)
   probs = jax.nn.softmax(scores, axis=-1)
-  probs = dropout(probs, dropout_rate, dropout_rng).astype(value.dtype)
-  return jnp.einsum("bhqk,bkhd->bqhd", probs, value)
+  if dropout_rng is not None:
+    probs = dropout(probs, dropout_rate, dropout_rng)
+  return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(value.dtype), value, _dot_general=dot_general).astype(value.dtype)
 
 
 class BertEmbeddings(nn.Module):
@@ -217,13 +336,14 @@ class BertAttention(nn.Module):
                       (3, hidden), self.param_dtype)
     # One matmul for query, key and value; the kernel keeps its 3 axes so that 'heads' sharding
     # (explicit-mode meshes included) passes straight through to the per-head split below.
-    qkv = jnp.einsum("...d,dth->...th", x.astype(self.dtype), kernel.astype(self.dtype)) + bias.astype(self.dtype)
+    qkv = jnp.einsum("...d,dth->...th", x.astype(self.dtype), kernel.astype(self.dtype),
+                     _dot_general=matmul(config)).astype(self.dtype) + bias.astype(self.dtype)
     qkv = qkv.reshape(*x.shape[:-1], 3, config.num_attention_heads, config.head_dim)
     dropout_rng = None
     if not deterministic and config.attention_probs_dropout_prob > 0.0:
       dropout_rng = self.make_rng("dropout")
     context = attend(qkv[..., 0, :, :], qkv[..., 1, :, :], qkv[..., 2, :, :], mask,
-                     config.attention_probs_dropout_prob, dropout_rng)
+                     config.attention_probs_dropout_prob, dropout_rng, matmul(config))
     context = context.reshape(*x.shape[:-1], hidden)
     out = _dense(hidden, config, ("heads", "embed"), self.dtype, self.param_dtype, "output")(context)
     out = _maybe_dropout(self, out, config.hidden_dropout_prob, deterministic)
@@ -333,7 +453,8 @@ class BertMLMHead(nn.Module):
     """Vocabulary logits [..., vocab] from hidden states [..., hidden] and the [vocab, hidden] table."""
     x = self.predict_states(hidden_states)
     # Contract the hidden axis of both directly, so the table is never transposed in memory.
-    logits = jax.lax.dot_general(x, embedding_matrix.astype(self.dtype), (((x.ndim - 1,), (1,)), ((), ())))
+    logits = matmul(self.config)(x, embedding_matrix.astype(self.dtype), (((x.ndim - 1,), (1,)), ((), ())))
+    logits = logits.astype(self.dtype)
     return logits + self.bias.astype(self.dtype)
 
   def predict_states(self, hidden_states: jax.Array) -> jax.Array:

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from docent_jax import cpu_flags
 from docent_jax.data import tokenization
 from docent_jax.modules import bert
 
@@ -257,9 +258,14 @@ def bert_state_dict(params: dict[str, Any], config: bert.BertConfig) -> dict[str
   return state
 
 
+# `BertConfig` fields that say how this project computes, not what the model is: no Hugging Face field.
+COMPUTE_FIELDS = ("remat", "matmul_dtype")
+
+
 def hf_config_dict(config: bert.BertConfig) -> dict[str, Any]:
   """config.json of a `BertConfig`: what Hugging Face's `AutoModel` builds the same encoder from."""
-  fields = {field.name: getattr(config, field.name) for field in dataclasses.fields(config) if field.name != "remat"}
+  fields = {field.name: getattr(config, field.name) for field in dataclasses.fields(config)
+            if field.name not in COMPUTE_FIELDS}
   architecture = "RobertaModel" if config.model_type == "roberta" else "BertModel"
   return {"architectures": [architecture], **fields, "position_embedding_type": "absolute"}
 
@@ -422,9 +428,16 @@ def grow_vocabulary(config: bert.BertConfig, params: dict[str, Any],
 
 def load_model_bert(model_config: ml_collections.ConfigDict,
                     vocab_size: int) -> tuple[bert.BertConfig, dict[str, Any] | None]:
-  """`load_or_create_bert` of a config's `model` block: `pretrained`, else the fresh `bert` shape, with `remat`."""
+  """`load_or_create_bert` of a config's `model` block: `pretrained`, else the fresh `bert` shape, with how it
+  computes (`remat`, `matmul_dtype`)."""
   config, params = load_or_create_bert(model_config.pretrained, model_config.bert.to_dict(), vocab_size)
-  return dataclasses.replace(config, remat=model_config.get("remat", False)), params
+  return _computing_as(config, model_config), params
+
+
+def _computing_as(config: bert.BertConfig, model_config: ml_collections.ConfigDict) -> bert.BertConfig:
+  """`config` with the model block's `remat` and `matmul_dtype` ("auto" resolved for the platform compiled for)."""
+  matmul_dtype = cpu_flags.matmul_dtype(model_config.get("matmul_dtype", "float32"), bert.target_platform())
+  return dataclasses.replace(config, remat=model_config.get("remat", False), matmul_dtype=matmul_dtype)
 
 
 def model_bert_config(model_config: ml_collections.ConfigDict, vocab_size: int) -> bert.BertConfig:
@@ -435,7 +448,7 @@ def model_bert_config(model_config: ml_collections.ConfigDict, vocab_size: int) 
     config = dataclasses.replace(config, vocab_size=max(vocab_size, config.vocab_size))
   else:
     config = bert.BertConfig.from_hf_dict({"vocab_size": vocab_size, **model_config.bert.to_dict()})
-  return dataclasses.replace(config, remat=model_config.get("remat", False))
+  return _computing_as(config, model_config)
 
 
 # What the encoder computes beyond its params' shapes: two encoders that differ here give other vectors from the same
