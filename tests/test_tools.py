@@ -59,3 +59,34 @@ def test_sharded_steps_queued_on_forced_devices_finish_on_the_thread_pool_docent
   assert report["devices"] == 8 and report["steps"] == 100 and report["threads"] == 16
   assert set(report["seconds_or_hung_by_in_flight"]) == {"1", "199"}
   assert all(isinstance(seconds, float) and seconds > 0 for seconds in report["seconds_or_hung_by_in_flight"].values())
+
+
+def test_the_step_profile_sorts_each_op_by_its_product_form():
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
+  import profile_encoder_step  # pylint: disable=g-import-not-at-top
+  hlo = """%fused_dot (param_0: bf16[8,4], param_1: bf16[4,3]) -> f32[8,3] {
+  %param_0 = bf16[8,4]{1,0} parameter(0)
+  %param_1 = bf16[4,3]{1,0} parameter(1)
+  ROOT %dot.1 = f32[8,3]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(step)/jvp(BertModel)/dot_general"}
+}
+
+%fused_grad (param_0: f32[8,4], param_1: f32[8,3]) -> f32[4,3] {
+  %param_0 = f32[8,4]{1,0} parameter(0)
+  %param_1 = f32[8,3]{1,0} parameter(1)
+  ROOT %dot.2 = f32[4,3]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={0}, rhs_contracting_dims={0}, metadata={op_name="jit(step)/transpose(jvp(BertModel))/dot_general"}
+}
+
+ENTRY %main (a: bf16[8,4]) -> f32[8,3] {
+  %ynn_fusion = f32[8,3]{1,0} fusion(%a, %b), kind=kCustom, calls=%fused_dot
+  %ynn_fusion.1 = f32[4,3]{1,0} fusion(%c, %d), kind=kCustom, calls=%fused_grad
+  %wrapped_reduce-window.2 = f32[1,2]{1,0} fusion(%e), kind=kLoop, calls=%rw
+  %convert_add_fusion = f32[8]{0} fusion(%f), kind=kLoop, calls=%add
+}
+"""
+  computations = profile_encoder_step._computations(hlo)
+  entry = computations["main"]
+  kinds = [profile_encoder_step._kind(op, entry, computations)
+           for op in ("ynn_fusion", "ynn_fusion.1", "wrapped_reduce-window.2", "convert_add_fusion", "copy.3")]
+  assert kinds == ["product, forward, bf16 operands, last axis contracted",
+                   "product, backward, f32 operands, leading axis contracted",
+                   "reduce-window (bias gradients)", "fusion with converts", "other ops"]
