@@ -154,6 +154,11 @@ def test_bfloat16_matmuls_stay_close_and_multiply_bf16_operands(minilm):
     (((2, 4, 3, 6), (2, 5, 3, 6)), (((3,), (3,)), ((0, 2), (0, 2)))),  # attention scores
     (((3, 2, 4), (4, 5, 2)), (((2,), (0,)), ((1,), (2,)))),  # batch axes at different places
     (((4, 3, 2), (2, 3, 5)), (((1, 2), (1, 0)), ((), ()))),  # two contracted axes, in another order
+    # Where the contracted tokens fill XLA:CPU's copy blocks, the gradients' products take the bf16 kernel.
+    (((2, 16, 5), (5, 3)), (((2,), (0,)), ((), ()))),  # a dense layer over [batch, length, features]
+    (((2, 16, 4, 6), (2, 32, 4, 6)), (((3,), (3,)), ((0, 2), (0, 2)))),  # attention scores
+    (((2, 4, 16, 32), (2, 4, 32, 6)), (((3,), (2,)), ((0, 1), (0, 1)))),  # probabilities times values
+    (((3, 32, 4), (4, 5, 32)), (((2,), (0,)), ((1,), (2,)))),
 ])
 def test_bf16_products_gradients_are_the_float32_products_within_bf16_rounding(shapes, dimension_numbers):
   rng = np.random.default_rng(0)
@@ -168,19 +173,26 @@ def test_bf16_products_gradients_are_the_float32_products_within_bf16_rounding(s
   assert bert.matmul(bert.BertConfig()) is jax.lax.dot_general
 
 
-def test_a_tpu_compile_multiplies_every_product_in_bf16():
-  """On CPU a weight's gradient multiplies float32 operands (XLA:CPU has no faster bf16 kernel for it); compiled
-  for TPU (`compiling_for`), in bf16 like the rest."""
-  x, w = jnp.ones((8, 4)), jnp.ones((4, 3))
-  loss = lambda x, w: jnp.sum(bert.matmul(bert.BertConfig(matmul_dtype="bfloat16"))(x, w, (((1,), (0,)), ((), ()))))
-  operand_types = lambda: re.findall(r"stablehlo.dot_general .*?: \((tensor<[^>]*>), (tensor<[^>]*>)\)",
-                                     jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, w).as_text())
-  on_cpu = operand_types()
-  with bert.compiling_for("tpu"):
-    on_tpu = operand_types()
-  # The two gradient products (the forward one is not needed for a sum's gradient).
-  assert len(on_tpu) == 2 and all("bf16" in lhs and "bf16" in rhs for lhs, rhs in on_tpu)
-  assert len(on_cpu) == 2 and sum("f32" in lhs and "f32" in rhs for lhs, rhs in on_cpu) == 1
+def test_gradient_products_are_bf16_on_cpu_where_the_tokens_fill_copy_blocks_and_on_tpu():
+  """On CPU a weight's gradient contracts the tokens; it multiplies bf16 on a transposed copy where the tokens
+  fill XLA:CPU's copy blocks, float32 elsewhere. Compiled for TPU (`compiling_for`), bf16 always."""
+  config = bert.BertConfig(matmul_dtype="bfloat16")
+  loss = lambda x, w: jnp.sum(jnp.sin(bert.matmul(config)(x, w, (((2,), (0,)), ((), ())))))
+  gradient = lambda: jax.jit(jax.grad(loss, argnums=(0, 1)))  # a new trace for each platform
+  operand_types = lambda x, w: re.findall(r"stablehlo.dot_general .*?: \((tensor<[^>]*>), (tensor<[^>]*>)\)",
+                                          gradient().lower(x, w).as_text())
+  w = jnp.ones((4, 3))
+  for length, float32_products in ((16, 0), (7, 1)):
+    x = jnp.ones((2, length, 4))
+    on_cpu = operand_types(x, w)
+    # The forward product and the two gradient products.
+    assert len(on_cpu) == 3 and sum("f32" in lhs and "f32" in rhs for lhs, rhs in on_cpu) == float32_products
+    with bert.compiling_for("tpu"):
+      on_tpu = operand_types(x, w)
+    assert len(on_tpu) == 3 and all("bf16" in lhs and "bf16" in rhs for lhs, rhs in on_tpu)
+    # It runs: XLA:CPU has no kernel for a bf16 product whose lhs contracts a leading axis.
+    _, w_grad = gradient()(x, w)
+    np.testing.assert_allclose(w_grad, 2 * length * np.cos(4.0) * np.ones((4, 3)), rtol=0.02)
   with pytest.raises(ValueError, match="Unsupported matmul_dtype 'float16'"):
     bert.BertConfig(matmul_dtype="float16")
 

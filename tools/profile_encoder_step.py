@@ -33,16 +33,19 @@ import bench_encoder  # pylint: disable=g-import-not-at-top
 import jax  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
-from docent_jax.modules import pretrained  # pylint: disable=g-import-not-at-top
+from docent_jax.modules import bert, pretrained  # pylint: disable=g-import-not-at-top
 
 # One product in each form a training step uses: [tokens, in] x [in, out] forward, its input's gradient (the
-# right operand's last axis contracted) and its weight's gradient (the tokens, the left operand's first axis).
+# right operand's last axis contracted) and its weight's gradient (the tokens, the left operand's first axis),
+# also as the bf16 policy computes it on CPU: on a transposed copy of x (`bert.transposed_copy`, its time included).
 PRODUCT_FORMS = {
-    "forward: x [2048, 384] . w [384, 1536]": ((2048, 384), (384, 1536), (((1,), (0,)), ((), ()))),
+    "forward: x [2048, 384] . w [384, 1536]": ((2048, 384), (384, 1536), (((1,), (0,)), ((), ())), None),
     "input's gradient: g [2048, 1536] . w [384, 1536], last axes": ((2048, 1536), (384, 1536),
-                                                                    (((1,), (1,)), ((), ()))),
+                                                                    (((1,), (1,)), ((), ())), None),
     "weight's gradient: x [2048, 384] . g [2048, 1536], leading axes": ((2048, 384), (2048, 1536),
-                                                                         (((0,), (0,)), ((), ()))),
+                                                                         (((0,), (0,)), ((), ())), None),
+    "weight's gradient on a transposed copy: x^T [384, 2048] . g [2048, 1536]": (
+        (2048, 384), (2048, 1536), (((1,), (0,)), ((), ())), [1, 0]),
 }
 
 
@@ -59,16 +62,18 @@ def _median_seconds(fn, *args, repeats: int = 15) -> float:
 def product_rates() -> dict[str, dict[str, float | str]]:
   """GFLOP/s of each product form in float32, bf16 -> float32 and bf16 -> bf16 (or why XLA:CPU cannot)."""
   rates = {}
-  for name, (lhs_shape, rhs_shape, dimension_numbers) in PRODUCT_FORMS.items():
+  for name, (lhs_shape, rhs_shape, dimension_numbers, copied_axes) in PRODUCT_FORMS.items():
     lhs, rhs = jax.random.normal(jax.random.key(0), lhs_shape), jax.random.normal(jax.random.key(1), rhs_shape)
-    contracted = math.prod(lhs_shape[axis] for axis in dimension_numbers[0][0])
-    kept = [size for axis, size in enumerate(lhs_shape) if axis not in dimension_numbers[0][0]]
+    arrange = (lambda x: x) if copied_axes is None else (lambda x: bert.transposed_copy(x, copied_axes))
+    copied_shape = lhs_shape if copied_axes is None else tuple(lhs_shape[axis] for axis in copied_axes)
+    contracted = math.prod(copied_shape[axis] for axis in dimension_numbers[0][0])
+    kept = [size for axis, size in enumerate(copied_shape) if axis not in dimension_numbers[0][0]]
     kept += [size for axis, size in enumerate(rhs_shape) if axis not in dimension_numbers[0][1]]
     flops = 2 * contracted * math.prod(kept)
     row = {}
     for label, dtype, result in (("float32", jnp.float32, None), ("bf16_to_float32", jnp.bfloat16, jnp.float32),
                                  ("bf16_to_bf16", jnp.bfloat16, None)):
-      product = jax.jit(lambda a, b, result=result: jax.lax.dot_general(a, b, dimension_numbers,
+      product = jax.jit(lambda a, b, result=result: jax.lax.dot_general(arrange(a), b, dimension_numbers,
                                                                          preferred_element_type=result))
       try:
         row[label] = round(flops / _median_seconds(product, lhs.astype(dtype), rhs.astype(dtype)) / 1e9, 1)

@@ -160,12 +160,28 @@ def target_platform() -> str:
   return _TARGET_PLATFORM.get() or jax.default_backend()
 
 
-def _leading_contraction_in_float32(ndim: int, contracting: list[int]) -> bool:
-  """Whether a product whose lhs (of `ndim` axes) contracts `contracting` runs on float32 operands: on CPU when
-  those are not its last axes (a weight's gradient, contracting the tokens), which XLA:CPU multiplies at the
-  float32 rate at best, and for bf16 operands with a float32 result has no kernel at all."""
-  trailing = list(range(ndim - len(contracting), ndim))
-  return target_platform() == "cpu" and sorted(contracting) != trailing
+def _contracts_trailing(ndim: int, contracting: list[int]) -> bool:
+  return sorted(contracting) == list(range(ndim - len(contracting), ndim))
+
+
+# XLA:CPU splits the copied axis into blocks of this many rows (`transposed_copy`).
+_COPY_BLOCK = 16
+
+
+def transposed_copy(x: jax.Array, axes: list[int]) -> jax.Array:
+  """`jnp.transpose(x, axes)` as a copy in row-major order, which XLA keeps.
+
+  XLA folds a plain transpose into the product that reads it, which makes that product's lhs contract a
+  leading axis again. Splitting the axis that becomes last into blocks, and merging them after the transpose,
+  leaves a reshape that only a row-major copy satisfies; the barrier keeps the simplifier from undoing it.
+  """
+  last = axes[-1]
+  blocks = x.reshape(x.shape[:last] + (x.shape[last] // _COPY_BLOCK, _COPY_BLOCK) + x.shape[last + 1:])
+  block_axes = []
+  for axis in axes:
+    block_axes += [axis, axis + 1] if axis == last else [axis if axis < last else axis + 1]
+  copied = jnp.transpose(blocks, block_axes).reshape(tuple(x.shape[axis] for axis in axes))
+  return jax.lax.optimization_barrier(copied)
 
 
 def _product_transpose(cotangent: jax.Array, other: jax.Array, ndim: int, contracting: tuple, batch: tuple,
@@ -174,7 +190,8 @@ def _product_transpose(cotangent: jax.Array, other: jax.Array, ndim: int, contra
   first, then the other operand's), as a bf16 x bf16 -> f32 product of the cotangent and the other operand.
 
   Written out (as `lax`'s own transpose rule) because the vjp of the float32-output product multiplies a
-  float32 cotangent, and XLA:CPU runs a bf16-output product at the float32 rate.
+  float32 cotangent, and XLA:CPU runs a bf16-output product at the float32 rate. XLA:CPU has a bf16 kernel
+  only where the product's lhs contracts its last axes (`_cpu_product`).
   """
   own_contracting, other_contracting = contracting
   own_batch, other_batch = batch
@@ -186,16 +203,47 @@ def _product_transpose(cotangent: jax.Array, other: jax.Array, ndim: int, contra
     cotangent_other = list(range(num_batch + len(own_kept), num_batch + len(own_kept) + len(other_kept)))
   else:
     cotangent_other = list(range(num_batch, num_batch + len(other_kept)))
-  if _leading_contraction_in_float32(cotangent.ndim, cotangent_other):
-    cotangent, other = cotangent.astype(jnp.float32), other.astype(jnp.float32)
-  product = jax.lax.dot_general(cotangent, other, ((cotangent_other, other_kept),
-                                                   (list(range(num_batch)), list(other_batch))),
-                                precision, preferred_element_type=jnp.float32)
   # The product's axes: batch, own kept, then own contracting in the order of the other's contracting axes.
   own_contracting_by_other = [own_contracting[i] for i in sorted(range(len(other_contracting)),
                                                                  key=lambda i: other_contracting[i])]
-  return jnp.transpose(product, np.argsort([*own_batch, *own_kept, *own_contracting_by_other]))
+  own_order = [*own_batch, *own_kept, *own_contracting_by_other]
+  if target_platform() == "cpu" and not _contracts_trailing(cotangent.ndim, cotangent_other):
+    return _cpu_product(cotangent, other, cotangent_other, other_kept, list(other_batch), precision,
+                        (own_batch, own_kept, own_contracting_by_other))
+  product = jax.lax.dot_general(cotangent, other, ((cotangent_other, other_kept),
+                                                   (list(range(num_batch)), list(other_batch))),
+                                precision, preferred_element_type=jnp.float32)
+  return jnp.transpose(product, np.argsort(own_order))
 
+
+def _cpu_product(cotangent: jax.Array, other: jax.Array, cotangent_other: list[int], other_kept: list[int],
+                 other_batch: list[int], precision: Any, own_axes: tuple) -> jax.Array:
+  """`_product_transpose`'s product where the cotangent contracts leading axes (a weight's gradient contracts
+  the tokens), for XLA:CPU: one operand is copied with its contracting axes last and goes first, so that the
+  product runs on the bf16 kernel, choosing the one whose result is already in the gradient's axis order (XLA
+  would fold a transpose after the product back into it). Where neither is, it multiplies float32.
+  """
+  own_batch, own_kept, own_contracting = own_axes
+  batch_axes = list(range(len(other_batch)))
+  cotangent_kept = [axis for axis in range(len(batch_axes), cotangent.ndim) if axis not in cotangent_other]
+  other_contracted = [axis for axis in range(other.ndim) if axis not in other_kept and axis not in other_batch]
+  arrangements = (
+      # The cotangent first: the result's axes are batch, own kept, own contracting.
+      ([*own_batch, *own_kept, *own_contracting], cotangent, [*batch_axes, *cotangent_kept, *cotangent_other],
+       other, other_kept, other_batch),
+      # The other operand first: batch, own contracting, own kept.
+      ([*own_batch, *own_contracting, *own_kept], other, [*other_batch, *other_contracted, *other_kept],
+       cotangent, cotangent_other, batch_axes),
+  )
+  for result_axes, lhs, lhs_axes, rhs, rhs_contracting, rhs_batch in arrangements:
+    if result_axes == sorted(result_axes) and lhs.shape[lhs_axes[-1]] % _COPY_BLOCK == 0:
+      lhs_contracting = list(range(lhs.ndim - len(rhs_contracting), lhs.ndim))
+      return jax.lax.dot_general(transposed_copy(lhs, lhs_axes), rhs,
+                                 ((lhs_contracting, rhs_contracting), (batch_axes, rhs_batch)),
+                                 precision, preferred_element_type=jnp.float32)
+  product = jax.lax.dot_general(cotangent.astype(jnp.float32), other.astype(jnp.float32),
+                                ((cotangent_other, other_kept), (batch_axes, other_batch)), precision)
+  return jnp.transpose(product, np.argsort([*own_batch, *own_kept, *own_contracting]))
 
 
 def _normal(config: BertConfig, axes: tuple[str | None, ...]) -> nn.initializers.Initializer:
