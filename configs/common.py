@@ -14,11 +14,22 @@ def optimizer(learning_rate: float, warmup_steps: int, lr_multipliers: tuple = (
 def training(global_batch_size: int, num_steps: int, log_every_steps: int, checkpoint_every_steps: int,
              best_metric: str = "", best_mode: str = "max") -> ml_collections.ConfigDict:
   """best_metric (e.g. 'validation/mrr', from an evaluator with every_steps) picks the params a run reports, kept
-  apart from the rolling checkpoints ("" = the last step's); best_mode 'max' or 'min'."""
+  apart from the rolling checkpoints ("" = the last step's); best_mode 'max' or 'min'.
+
+  early_stopping: the run ends once `patience` periodic evaluations in a row have not improved `metric` (default
+  best_metric; mode default best_mode) by more than `min_delta`; patience 0: off.
+  profile: a JAX profiler trace of steps start_step .. start_step + num_steps - 1 in `<run>/profile/<host>`;
+  num_steps 0: off."""
   return ml_collections.ConfigDict(dict(
       global_batch_size=global_batch_size, num_steps=num_steps, log_every_steps=log_every_steps,
       checkpoint_every_steps=checkpoint_every_steps, keep_checkpoints=3, best_metric=best_metric,
-      best_mode=best_mode))
+      best_mode=best_mode, early_stopping=dict(metric="", mode="", patience=0, min_delta=0.0),
+      profile=dict(start_step=1, num_steps=0)))
+
+
+# Where a run reports its metrics, comma-separated: tensorboard (its run directory), wandb (Weights & Biases;
+# offline without WANDB_API_KEY), mlflow (MLFLOW_TRACKING_URI, else a SQLite store in the workdir).
+WRITERS = "tensorboard"
 
 
 def mesh() -> ml_collections.ConfigDict:

@@ -32,6 +32,7 @@ def get_config(arg: str = "dual") -> ml_collections.ConfigDict:
   config.objective = f"docent_{variant}"
   config.name = f"docent_{variant}"
   config.seed = 0
+  config.writers = common.WRITERS
   config.num_seeds = 1  # N > 1: each trained run again with seeds seed+1 .. seed+N-1; <model>@seeds: mean, std.
   config.model_init = ""  # A run to start from (its reported params): a run directory, or a run of this config.
 

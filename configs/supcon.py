@@ -73,6 +73,7 @@ def get_config(arg: str = "abt_buy") -> ml_collections.ConfigDict:
   config.objective = "supcon"
   config.name = "supcon"
   config.seed = 0
+  config.writers = common.WRITERS
   config.num_seeds = 1  # N > 1: each trained run again with seeds seed+1 .. seed+N-1; <model>@seeds: mean, std.
   config.model_init = ""  # A run to start from (its reported params): a run directory, or a run of this config.
 
@@ -137,7 +138,8 @@ def paper_setting(config: ml_collections.ConfigDict, dataset: str) -> ml_collect
     supcon_no_augmentation_head       (F) without augmentation
     supcon_no_augmentation_trained    (UF) without augmentation (79.99)
   The paper (Sec. 3) states fine-tuning on 64 pairs a step for up to 50 epochs, stopped early after 10 epochs
-  without a lower validation loss; the 5 and 50 epochs are the released scripts'. The paper finds the frozen
+  without a lower validation loss, as `supcon_trained` does (`train.early_stopping`, an evaluation every epoch);
+  the 5 and 50 epochs are the released scripts'. The paper finds the frozen
   encoder better than the fine-tuned one on every dataset. Its scripts also augment the classifier's training
   pairs in the +aug runs; here augmentation is in pre-training only. The frozen encoder's scikit-learn probe is
   reported beside (`supcon_frozen`, `supcon_no_augmentation_frozen`); the other baselines are left out, each a
@@ -177,6 +179,8 @@ def _paper_classifier(epochs: int, epoch: int, *, frozen: bool) -> dict:
   stage["train"].update(global_batch_size=64, checkpoint_every_steps=epoch)
   stage["evals"]["validation"]["every_steps"] = epoch
   stage["train"].update(best_metric="validation/loss", best_mode="min")
+  if not frozen:  # "up to 50 epochs", stopped after 10 epochs without a lower validation loss (Sec. 3).
+    stage["train"]["early_stopping"] = dict(metric="", mode="", patience=10, min_delta=0.0)
   return stage
 
 

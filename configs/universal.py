@@ -15,6 +15,7 @@ from configs import common
 VARIANTS = ("multitask", "faq", "faq_mining")
 # Fine-tuned FAQ models run with this many seeds (the paper reports mean and standard deviation).
 FAQ_SEEDS = 5
+SELECTION_SEEDS = 3  # Per candidate negatives of the FAQ recipe, on its validation fifth.
 
 
 def get_config(arg: str = "multitask") -> ml_collections.ConfigDict:
@@ -29,6 +30,7 @@ def get_config(arg: str = "multitask") -> ml_collections.ConfigDict:
   config.objective = "universal"
   config.name = "universal_multitask"
   config.seed = 0
+  config.writers = common.WRITERS
   config.num_seeds = 1  # N > 1: each trained run again with seeds seed+1 .. seed+N-1; <model>@seeds: mean, std.
   config.model_init = ""
 
@@ -68,13 +70,14 @@ def get_config(arg: str = "multitask") -> ml_collections.ConfigDict:
 
 
 def faq_config(source: str) -> ml_collections.ConfigDict:
-  """FAQ retrieval fine-tuning with retrieved negatives, beside random negatives (each over `FAQ_SEEDS` seeds),
-  the zero-shot encoder and the TF-IDF and BM25 baselines. `source`: 'stackfaq' (data.manual_dir holding
+  """FAQ retrieval fine-tuning with its negatives chosen on validation (`selection`: retrieved, random, or a mining
+  variant), beside random negatives (each over `FAQ_SEEDS` seeds), the zero-shot encoder and the TF-IDF and BM25
+  baselines. `source`: 'stackfaq' (data.manual_dir holding
   faq/stackfaq, or downloaded) or a FAQ directory (faq.tsv, queries.tsv). `--config.model_init=<the
   workdir of a multitask run's model>` starts every fine-tuned model from it (multi-task, then FAQ)."""
   config = ml_collections.ConfigDict()
   config.objective = "faq_retrieval"
-  config.name = "faq_retrieved"
+  config.name = "faq_selected"
   config.seed = 0
   config.num_seeds = FAQ_SEEDS  # Each trained run with seeds 0 .. FAQ_SEEDS - 1; <model>@seeds: mean, std.
   config.model_init = ""
@@ -88,7 +91,8 @@ def faq_config(source: str) -> ml_collections.ConfigDict:
 
   config.model = common.bert_model()
 
-  config.loss = ml_collections.ConfigDict(dict(negatives="retrieved", num_negatives=4, scale=20.0))
+  # num_retrieved: of the num_negatives, how many are retrieved (the rest random); 0: all.
+  config.loss = ml_collections.ConfigDict(dict(negatives="retrieved", num_negatives=4, num_retrieved=0, scale=20.0))
   # Retrieved negatives that are likely false negatives are dropped (`objectives/faq_negatives.py`): an item with
   # the right item's answer; one ranked outside [range_min, range_max) (0: no end); one scoring above
   # (1 - relative_margin) x the right item's score (0: off).
@@ -111,6 +115,19 @@ def faq_config(source: str) -> ml_collections.ConfigDict:
   baselines = {"faq_zero_shot": {"train": {"num_steps": 0}, "evals": model_evals},
                "faq_random": {"loss": {"negatives": "random"}, "evals": model_evals}}
   config.baselines = ml_collections.ConfigDict(baselines)
+
+  # The negatives are chosen on validation (`docent_jax/sweep/selection.py`): each candidate trains on the training
+  # queries less a held-out fifth over SELECTION_SEEDS seeds, scored on that fifth; the best mean wins, or, among
+  # candidates level with it (within the larger standard deviation), the first listed: the paper's retrieved
+  # negatives, then random ones, then the mining variants. No candidate wins on every FAQ set.
+  config.selection = ml_collections.ConfigDict(dict(
+      metric="validation/top1", mode="max", num_seeds=SELECTION_SEEDS,
+      validation=dict(data=dict(validation_query_fraction=0.2),
+                      evals=dict(validation=common.evaluator("faq_retrieval", split="validation"))),
+      candidates=dict(retrieved={}, random=dict(loss=dict(negatives="random")),
+                      retrieved_margin=dict(loss=dict(mining=MINING_VARIANTS["faq_mined_margin"])),
+                      retrieved_1_random_3=dict(loss=dict(num_retrieved=1))),
+      preference=("retrieved", "random", "retrieved_margin", "retrieved_1_random_3")))
   return config
 
 
@@ -128,6 +145,7 @@ def faq_mining_config(source: str) -> ml_collections.ConfigDict:
   fifth (`data.validation_query_fraction`) and scored on that fifth only, with its default rules ('faq_mined'), with each
   of `MINING_VARIANTS` and with random negatives, each over `MINING_SEEDS` seeds; no test query is read."""
   config = faq_config(source)
+  del config["selection"]  # This config is the comparison itself.
   config.name = "faq_mined"
   config.num_seeds = MINING_SEEDS
   config.data.validation_query_fraction = 0.2

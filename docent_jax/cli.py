@@ -89,6 +89,22 @@ def run(main: Callable[[list[str]], None], what: str, **run_kwargs: Any) -> None
   app.run(wrapped, **run_kwargs)
 
 
+def parse_config_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing for a command with `--config`: an override of a key the config lacks is one line naming the
+  nearest valid keys, and one of a value the key's type refuses (ml_collections keeps each field's type) is one
+  line naming flag and value."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.IllegalFlagValueError as error:
+    sys.exit(str(error))
+  except (AttributeError, KeyError):
+    spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
+    problems = spec and config_schema.unknown_override_keys(config_schema.load_config_file(spec), argv)
+    if not problems:
+      raise
+    sys.exit("\n".join(problems))
+
+
 def one_line(error: BaseException) -> str:
   """The message of `error` on one line; an OS error names its file and cause."""
   if isinstance(error, OSError) and error.filename and error.strerror:

@@ -20,6 +20,8 @@ import ml_collections
 
 from docent_jax import cpu_flags
 from docent_jax import parallel
+from docent_jax import writers
+
 
 class ConfigError(ValueError):
   """A config value no run can use; the message names its key."""
@@ -46,6 +48,10 @@ RANGES: tuple[Rule, ...] = tuple((pattern, *check) for pattern, check in (
     ("train.log_every_steps", at_least(1)),
     ("train.checkpoint_every_steps", at_least(1)),
     ("train.keep_checkpoints", at_least(1)),
+    ("train.early_stopping.patience", at_least(0)),
+    ("train.early_stopping.min_delta", at_least(0)),
+    ("train.profile.start_step", at_least(1)),
+    ("train.profile.num_steps", at_least(0)),
     ("train.global_batch_size", at_least(1)),
     ("optim.learning_rate", positive),  # A negative rate ascends the loss.
     ("optim.warmup_steps", at_least(0)),
@@ -56,6 +62,7 @@ RANGES: tuple[Rule, ...] = tuple((pattern, *check) for pattern, check in (
     ("optim.eps", positive),
     ("loss.margin", positive),  # At 0 or below, a hinge is already satisfied by equal scores: nothing is learned.
     ("loss.num_negatives", at_least(1)),
+    ("loss.num_retrieved", at_least(0)),
     ("loss.temperature", positive),
     ("loss.scale", positive),
     ("loss.correspondence_fraction", open_fraction),
@@ -132,6 +139,22 @@ def check_config(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, row
     raise ConfigError(f"config.train.best_metric = {train.best_metric!r}: no evaluator runs during training to "
                       "report it; give its entry in config.evals every_steps > 0, or set train.best_metric to '' "
                       "(report the last step).")
+  if "writers" in config:
+    try:
+      writers.check(config.writers)
+    except ValueError as error:
+      raise ConfigError(str(error)) from None
+  stopping = train.get("early_stopping")
+  if stopping is not None and stopping.patience:
+    if not (stopping.metric or train.best_metric):
+      raise ConfigError("config.train.early_stopping.metric: empty, and so is config.train.best_metric; name the "
+                        "metric to watch (e.g. 'validation/loss').")
+    if (stopping.mode or train.best_mode) not in ("max", "min"):
+      raise ConfigError(f"config.train.early_stopping.mode = {stopping.mode!r}: must be 'max', 'min' or '' (that of "
+                        "train.best_mode).")
+    if train.num_steps > 0 and not any(entry.get("every_steps", 0) for entry in config.get("evals", {}).values()):
+      raise ConfigError("config.train.early_stopping: no evaluator runs during training to report "
+                        f"{stopping.metric or train.best_metric!r}; give its entry in config.evals every_steps > 0.")
   batch_sizes = [("train.global_batch_size", train.global_batch_size, rows_per_example)]
   if "inference_batch_size" in config.model:
     batch_sizes.append(("model.inference_batch_size", config.model.inference_batch_size, 1))

@@ -75,15 +75,22 @@ def check_same_encoder(parent: protocol.Model, config: ml_collections.ConfigDict
 _REPLACED_KEYS = ("evals", "finetune")
 
 
-def _with_overrides(config: ml_collections.ConfigDict, overrides: ml_collections.ConfigDict,
-                    name: str) -> ml_collections.ConfigDict:
+def with_overrides(config: ml_collections.ConfigDict,
+                   overrides: ml_collections.ConfigDict | dict) -> ml_collections.ConfigDict:
   """`config` with `overrides` applied; an override's `evals` or `finetune` replaces the config's (not merged)."""
   derived = ml_collections.ConfigDict(config.to_dict())
-  overrides = overrides.to_dict()
+  overrides = overrides.to_dict() if isinstance(overrides, ml_collections.ConfigDict) else dict(overrides)
   for key in _REPLACED_KEYS:
     if key in overrides:
       derived[key] = ml_collections.ConfigDict()
   derived.update(overrides)
+  return derived
+
+
+def _with_overrides(config: ml_collections.ConfigDict, overrides: ml_collections.ConfigDict,
+                    name: str) -> ml_collections.ConfigDict:
+  """A baseline's or stage's run: `with_overrides`, named `name`, without baselines of its own."""
+  derived = with_overrides(config, overrides)
   derived.name = name
   derived.baselines = {}
   return derived
@@ -154,7 +161,8 @@ def selected_runs(runs: list[ml_collections.ConfigDict], names: Sequence[str]) -
 
 
 def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, train: bool, force: bool = False,
-         take_over_other_hosts: bool = False, runs: Sequence[str] = (), trained_run: str = "") -> dict[str, float]:
+         take_over_other_hosts: bool = False, runs: Sequence[str] = (), trained_run: str = "",
+         on_evaluation: trainers.EvaluationCallback | None = None) -> dict[str, float]:
   workdir = run_dirs.Workdir(workdir)
   runs = [_transfer_config(config, trained_run)] if trained_run else selected_runs(model_configs(config), runs)
   for run_config in runs:  # Every run's values, before anything is read, built or trained.
@@ -170,7 +178,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, *, tr
   for index, run_config in enumerate(runs):
     started = time.time()
     try:
-      trainer = trainers.Trainer(run_config, workdir.run(run_config.name))
+      trainer = trainers.Trainer(run_config, workdir.run(run_config.name), on_evaluation=on_evaluation)
       if trained_run:  # That run's own model, evaluated on this config's data.
         model, computed = _load_run(trained_run, reported, trainer.mesh), {}
       elif run_config.get("model_init"):
@@ -241,14 +249,16 @@ def _load_run(run: str, reported: dict[str, protocol.Model], mesh: Mesh) -> prot
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike,
-                       take_over_other_hosts: bool = False, runs: Sequence[str] = ()) -> dict[str, float]:
+                       take_over_other_hosts: bool = False, runs: Sequence[str] = (),
+                       on_evaluation: trainers.EvaluationCallback | None = None) -> dict[str, float]:
   """Trains (or resumes) every run of the config (or the `runs` named, see `selected_runs`), evaluates each and
   writes results.json.
 
   `take_over_other_hosts`: the job that held the runs' training locks is gone with its hosts (a preempted
-  TPU VM), so their locks are taken over.
+  TPU VM), so their locks are taken over. `on_evaluation`: see `trainer.Trainer`.
   """
-  return _run(config, workdir, train=True, take_over_other_hosts=take_over_other_hosts, runs=runs)
+  return _run(config, workdir, train=True, take_over_other_hosts=take_over_other_hosts, runs=runs,
+              on_evaluation=on_evaluation)
 
 
 def evaluate(config: ml_collections.ConfigDict, workdir: str | epath.PathLike, force: bool = False,

@@ -13,13 +13,13 @@ import tensorflow_datasets as tfds
 
 from docent_jax import checkpoints
 from docent_jax import cli
-from docent_jax import config_schema
 from docent_jax import cpu_flags
 from docent_jax import experiment
 from docent_jax import host_memory
 from docent_jax import parallel
 from docent_jax import run_dir as run_dirs
 from docent_jax import trainer as trainers
+from docent_jax.sweep import selection
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config (a configs/*.py file, optionally :arg).",
@@ -80,11 +80,14 @@ def main(argv: list[str]) -> None:
   run_dirs.Workdir(FLAGS.workdir).record_command(shlex.join(["python", "-m", "docent_jax.main", *sys.argv[1:]]))
   try:
     if FLAGS.mode == "train":
-      experiment.train_and_evaluate(FLAGS.config, FLAGS.workdir, take_over_other_hosts=FLAGS.resume_preempted,
-                               runs=FLAGS.runs)
+      # A config with `selection` first chooses among its candidates on validation (`sweep.selection`).
+      train = selection.train_and_evaluate if FLAGS.config.get("selection") else experiment.train_and_evaluate
+      train(FLAGS.config, FLAGS.workdir, take_over_other_hosts=FLAGS.resume_preempted, runs=FLAGS.runs)
     else:
-      experiment.evaluate(FLAGS.config, FLAGS.workdir, force=FLAGS.force, runs=FLAGS.runs,
-                          trained_run=FLAGS.trained_run)
+      config = FLAGS.config
+      if config.get("selection"):
+        config = selection.selected_config(config, selection.read_choice(FLAGS.workdir))
+      experiment.evaluate(config, FLAGS.workdir, force=FLAGS.force, runs=FLAGS.runs, trained_run=FLAGS.trained_run)
   except trainers.Preempted as stop:
     logging.error("%s", stop)
     sys.exit(cli.EXIT_TERMINATED)
@@ -99,24 +102,9 @@ def main(argv: list[str]) -> None:
     sys.exit(1)
 
 
-def parse_flags(argv: list[str]) -> list[str]:
-  """absl's flag parsing; an override of a key the config lacks is one line naming the nearest valid keys, and one
-  of a value the key's type refuses (ml_collections keeps each field's type) is one line naming flag and value."""
-  try:
-    return FLAGS(argv)
-  except flags.IllegalFlagValueError as error:
-    sys.exit(str(error))
-  except (AttributeError, KeyError):
-    spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
-    problems = spec and config_schema.unknown_override_keys(config_schema.load_config_file(spec), argv)
-    if not problems:
-      raise
-    sys.exit("\n".join(problems))
-
-
 def run() -> None:
   """The command line: `main` with the project's console and one line for every fault (`cli.run`)."""
-  cli.run(main, "docent_jax.main", flags_parser=parse_flags)
+  cli.run(main, "docent_jax.main", flags_parser=cli.parse_config_flags)
 
 
 if __name__ == "__main__":

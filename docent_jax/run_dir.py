@@ -34,6 +34,8 @@ LOCK_FILE = "training.lock"  # Held by the process 0 of the job training in the 
 CHECKPOINTS_DIR = "checkpoints"  # The train state's Orbax steps.
 BEST_DIR = "best"  # The best params by `train.best_metric` (one Orbax step).
 EVALUATIONS_FILE = "evaluations.jsonl"  # One line per periodic evaluation done: {"step", "evaluator", "metrics"}.
+PROFILE_DIR = "profile"  # `train.profile`'s traces, one directory per process.
+EARLY_STOP_FILE = "early_stopped.json"  # Where `train.early_stopping` ended the run: {"step", "reason"}.
 ENTITY_VECTORS_FILE = "entity_vectors.npz"  # A loaded run's entity vectors, with what they were computed from.
 SEARCH_INDEX_DIR = "search_index"  # A loaded run's approximate search index.
 EXPORTED_VECTORS_FILE = "embeddings.npy"  # `tools/export_embeddings.py`: the entity vectors, and their ids in order.
@@ -43,20 +45,23 @@ EXPORTED_IDS_FILE = "entity_ids.txt"
 # runs (mesh), how it reads batches ahead (data.num_workers, data.prefetch), whether it recomputes activations
 # to save memory (model.remat), multiplies in bfloat16 (model.matmul_dtype: the numbers move within bf16's rounding)
 # or cuts short rows to save time (model.short_half_width), how often it reports or
-# saves, how it evaluates (`evals`, `model.inference_batch_size`, `data.search_queries`), and which other runs share its workdir
-# (`baselines`, `finetune`).
+# saves, how it evaluates (`evals`, `model.inference_batch_size`, `data.search_queries`), which other runs share its
+# workdir (`baselines`, `finetune`), which steps it traces (`train.profile`), where it reports (`writers`) and
+# the grid a sweep of it runs (`sweep`).
 RESTART_SAFE_KEYS = ("mesh", "data.num_workers", "data.prefetch", "model.remat", "model.matmul_dtype",
                      "model.short_half_width",
                      "model.inference_batch_size", "train.log_every_steps", "train.checkpoint_every_steps",
                      "train.keep_checkpoints", "evals", "baselines", "finetune", "num_seeds",
-                     "data.search_queries")
+                     "data.search_queries", "train.profile", "writers", "sweep")
 # Keys added to the configs after runs were recorded, each with the value that trains as the runs before it
 # did: a recorded config without the key reads as having that value, so that those runs still resume.
 ADDED_KEYS = {"optim.schedule": "linear", "data.drop_stopwords": False, "data.setting": "inductive",
               "model.entity_rows_multiple": 1, "data.train_entity_fraction": 1.0, "data.validation_query_fraction": 0.0,
               "data.search_queries": "", "model.pooling": "mean",
               "model.sentence_pooling": "cls", "model.matmul_dtype": "float32",
-              "loss.mining": {"exclude_same_answer": False, "range_min": 0, "range_max": 0, "relative_margin": 0.0}}
+              "loss.mining": {"exclude_same_answer": False, "range_min": 0, "range_max": 0, "relative_margin": 0.0},
+              "train.early_stopping": {"metric": "", "mode": "", "patience": 0, "min_delta": 0.0},
+              "loss.num_retrieved": 0}
 # Keys of the former `eval` block, by their names now; a recorded config reads with them renamed, so that its run
 # still loads and resumes. The block's other keys were evaluator settings, now `evals` options.
 RENAMED_KEYS = {"eval.batch_size": "model.inference_batch_size", "eval.best_metric": "train.best_metric",
@@ -281,6 +286,23 @@ class RunDir(_Directory):
   def evaluation_log(self) -> "EvaluationLog":
     return EvaluationLog(self.path / EVALUATIONS_FILE)
 
+  def profile_dir(self) -> epath.Path:
+    return self.path / PROFILE_DIR
+
+  def record_early_stop(self, step: int, reason: str) -> None:
+    if jax.process_index() == 0:
+      outputs.write_atomically(self.path / EARLY_STOP_FILE, json.dumps({"step": step, "reason": reason}))
+
+  def early_stop(self) -> dict[str, Any] | None:
+    """{"step", "reason"} where `train.early_stopping` ended the run, else None."""
+    path = self.path / EARLY_STOP_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+  def final_step(self, num_steps: int) -> int:
+    """The step the run ends at: where early stopping ended it, else `num_steps`."""
+    stopped = self.early_stop()
+    return num_steps if stopped is None else int(stopped["step"])
+
   # Files a loaded run keeps next to itself.
 
   @property
@@ -353,6 +375,15 @@ class EvaluationLog:
 
   def done(self, step: int, evaluator: str) -> bool:
     return (step, evaluator) in self._done
+
+  def by_step(self, last_step: int) -> list[tuple[int, dict[str, float]]]:
+    """Each evaluated step up to `last_step`, in order, with its evaluators' metrics in one dict."""
+    steps: dict[int, dict[str, float]] = {}
+    for line in self._lines:
+      entry = json.loads(line)
+      if entry["step"] <= last_step:
+        steps.setdefault(int(entry["step"]), {}).update(entry["metrics"])
+    return sorted(steps.items())
 
   def add(self, step: int, metrics: dict[str, dict[str, float]]) -> None:
     """Records the evaluations of `step` (evaluator name -> its metrics), replacing the file whole."""

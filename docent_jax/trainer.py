@@ -9,6 +9,7 @@ import collections
 import contextlib
 import signal
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Iterator
 
 from absl import logging
@@ -24,17 +25,23 @@ import optax
 
 from docent_jax import checkpoints
 from docent_jax import config_schema
+from docent_jax import early_stopping
 from docent_jax import methods
 from docent_jax import optim
 from docent_jax import parallel
+from docent_jax import profiling
 from docent_jax import run_dir as run_dirs
+from docent_jax import writers
 from docent_jax.data import pipeline
 from docent_jax.evaluation import registry as evaluators
 from docent_jax.inference import protocol
 from docent_jax.objectives import base as objective_base
 
-if TYPE_CHECKING:  # Imported where a writer is made (`Trainer._writer`).
+if TYPE_CHECKING:  # Imported where a writer is made (`writers.create`).
   from clu import metric_writers
+
+
+EvaluationCallback = Callable[[str, int, dict[str, float]], None]
 
 
 class Preempted(RuntimeError):
@@ -162,6 +169,11 @@ class _ConsoleProgress:
             f"ETA {_duration(eta)}{evaluation}")
 
 
+def _flat(metrics: dict[str, dict[str, float]]) -> dict[str, float]:
+  """Evaluator name -> its `<split>/<metric>` numbers, as one dict of `<split>/<metric>` numbers."""
+  return {key: value for evaluated in metrics.values() for key, value in evaluated.items()}
+
+
 def is_headline(key: str) -> bool:
   """Whether `[<model>/]<split>/<metric>` is a metric the console shows."""
   return key.rsplit("/", 1)[-1] in HEADLINE_METRICS
@@ -176,11 +188,13 @@ class Trainer:
   """Builds the sharded state of one run's objective, trains it, evaluates it."""
 
   def __init__(self, config: ml_collections.ConfigDict, run_dir: run_dirs.RunDir | str | epath.PathLike, *,
-               objective: objective_base.Objective | None = None):
+               objective: objective_base.Objective | None = None, on_evaluation: EvaluationCallback | None = None):
     """`run_dir`: the run's directory (`WORKDIR/<model>`). `objective`: one already built on its mesh (e.g. from
     shapes, to compile for devices elsewhere); by default the config's, with its data, on every device of this
-    machine."""
+    machine. `on_evaluation(run name, step, metrics)` is called after each periodic evaluation (a sweep's
+    pruner); what it raises ends the run there, its state saved."""
     self.config = config
+    self.on_evaluation = on_evaluation
     self.run_dir = run_dirs.RunDir(run_dir)
     self.mesh = parallel.create_mesh(config.mesh) if objective is None else objective.mesh
     objective_class = methods.objective_class(config.objective)
@@ -245,9 +259,8 @@ class Trainer:
   def _writer(self) -> "metric_writers.MetricWriter":
     # CLU's writers import TensorFlow (seconds): only a run that gets this far pays for it, so a refused config,
     # data or workdir is reported at once.
-    from clu import metric_writers  # pylint: disable=g-import-not-at-top
-    return metric_writers.create_default_writer(self.run_dir.path, just_logging=jax.process_index() > 0,
-                                                asynchronous=False)
+    return writers.create(self.config.get("writers", writers.DEFAULT), self.run_dir.path,
+                          workdir=self.run_dir.workdir.path, run_name=self.config.name)
 
   def _best_params(self) -> checkpoints.BestParams | None:
     train = self.config.train
@@ -262,7 +275,7 @@ class Trainer:
                          writer: "metric_writers.MetricWriter", best: checkpoints.BestParams | None,
                          log: run_dirs.EvaluationLog) -> dict:
     metrics = self.evaluate(self.objective.model(state.params), specs)
-    flat = {k: v for m in metrics.values() for k, v in m.items()}
+    flat = _flat(metrics)
     writer.write_scalars(step, flat)
     # The console gets the headline numbers; TensorBoard gets all.
     headline = {k: v for k, v in flat.items() if k.count("/") == 1 and is_headline(k)}
@@ -270,6 +283,8 @@ class Trainer:
     if best is not None and best.metric in flat:
       best.offer(step, state.params, flat)
     log.add(step, metrics)
+    if self.on_evaluation is not None:
+      self.on_evaluation(self.config.name, step, flat)
     return metrics
 
   def train(self, take_over_other_hosts: bool = False) -> tuple[Any, dict[str, dict[str, float]]]:
@@ -313,6 +328,8 @@ class Trainer:
       logging.info("%s: step %d was saved but not evaluated (%s) before the run stopped; evaluating it now.",
                    config.name, start, ", ".join(spec.name for spec in owed))
       last_metrics = self._evaluate_periodic(start, state, owed, writer, best, log)
+    stopper = early_stopping.from_config(config.train)
+    end = self._end_step(start, stopper, log)
     logging.info("%s: training from step %d to %d on mesh %s.", config.name, start, num_steps, dict(self.mesh.shape))
     # CLU: when to report, and steps/s to TensorBoard; the console gets one line per report (`_ConsoleProgress`).
     from clu import periodic_actions  # pylint: disable=g-import-not-at-top  # TensorFlow too: see `_writer`.
@@ -320,12 +337,15 @@ class Trainer:
     progress(start)  # Measures from here.
     console = _ConsoleProgress(config.name, start, num_steps)
     previous_metrics = None
-    with _termination_notice() as terminated:
-      for step in range(start + 1, num_steps + 1):
+    profile = profiling.StepProfile(config.train.get("profile"), self.run_dir.profile_dir(), start)
+    with _termination_notice() as terminated, contextlib.closing(profile):
+      for step in range(start + 1, end + 1):
         batch = parallel.global_batch(next(batches), self.mesh, self.objective.shared_batch_keys)
         if train_step is None:
           train_step = self.compile_train_step(state, jax.tree.map(lambda x: x.sharding, batch))
-        state, metrics = train_step(state, batch)
+        with profile.step(step):
+          state, metrics = train_step(state, batch)
+        profile.step_done(step, metrics)
         if step == start + 1:  # What compiling costs a run (nothing much where the compilation cache holds it).
           jax.block_until_ready(metrics)
           logging.info("%s: step %d done %.1f s after training started, compiling it included.", config.name, step,
@@ -361,12 +381,21 @@ class Trainer:
           checkpointer.wait_until_finished()
           with progress.timed("evaluation", wait_jax_async_dispatch=False), console.evaluating():
             last_metrics = self._evaluate_periodic(step, state, due, writer, best, log)
+          reason = stopper.update(step, _flat(last_metrics)) if stopper is not None else None
+          if reason and step < num_steps:
+            if not saving:
+              checkpointer.save(step, state, batches, force=True)
+            checkpointer.wait_until_finished()
+            self.run_dir.record_early_stop(step, reason)
+            logging.info("%s: stopped early at step %d of %d: %s.", config.name, step, num_steps, reason)
+            end = step
+            break
     if latest is None and num_steps == 0:
       # Nothing to train: the initial state still serves --mode=evaluate and later stages.
       checkpointer.save(0, state, batches, force=True)
     batches.close()  # Stops its reading thread or worker processes.
     checkpointer.wait_until_finished()
-    writer.flush()
+    writer.close()  # Finishes a tracker's run (the report's writer joins it again).
     step, is_best = self.run_dir.reported_step()
     if best is not None and not is_best and num_steps > 0:
       raise ValueError(f"config.train.best_metric {best.metric!r}: no periodic evaluation reported it "
@@ -375,11 +404,28 @@ class Trainer:
     if is_best:
       logging.info("%s: best %s at step %d of %d.", config.name, best.metric, step, num_steps)
     params = state.params
-    if is_best and step != num_steps:
+    if is_best and step != end:
       params, last_metrics = best.restore(self.abstract_state().params), {}
     if best is not None:
       best.close()
     return params, last_metrics
+
+  def _end_step(self, start: int, stopper: early_stopping.EarlyStopping | None, log: run_dirs.EvaluationLog) -> int:
+    """The last step to train to: `train.num_steps`, or `start` where early stopping ended the run there (also
+    where its last evaluations, replayed into `stopper`'s count, end it but the run stopped before recording so)."""
+    stopped = self.run_dir.early_stop()
+    if stopped is None and stopper is not None:
+      reason = stopper.replay(log.by_step(start))
+      if reason and start < self.config.train.num_steps:
+        self.run_dir.record_early_stop(start, reason)
+        stopped = self.run_dir.early_stop()
+    if stopped is None:
+      if stopper is not None and stopper.best is not None:
+        logging.info("%s: early stopping resumes with %d of %d evaluations without improving %s.", self.config.name,
+                     stopper.evaluations_without_improvement, stopper.patience, stopper.metric)
+      return self.config.train.num_steps
+    logging.info("%s: stopped early at step %d: %s.", self.config.name, stopped["step"], stopped["reason"])
+    return int(stopped["step"])
 
   def _record(self) -> None:
     """Records in the run directory, or checks against its records, this run's config and data, and what loading
@@ -402,7 +448,7 @@ class Trainer:
     step, is_best = reported
     latest, num_steps, best = self.run_dir.latest_step(), self.config.train.num_steps, self._best_params()
     problems = []
-    if latest < num_steps:
+    if latest < self.run_dir.final_step(num_steps):
       problems.append(f"it stopped at step {latest} of {num_steps}")
     if best is not None and not is_best and num_steps > 0:
       problems.append(f"its best params by {best.metric} are missing from {self.run_dir.best_dir()}")
@@ -427,7 +473,7 @@ class Trainer:
     writer = self._writer()
     writer.write_scalars(self.config.train.num_steps,
                          {f"final/{k}": v for m in metrics.values() for k, v in m.items()})
-    writer.flush()
+    writer.close()
     return {f"{spec.report_as}/{key}": value for spec in self.evals for key, value in metrics[spec.name].items()}
 
 

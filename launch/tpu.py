@@ -10,7 +10,8 @@
   launch/tpu.py delete --name my-tpu --zone us-central2-b
 
 Every subcommand takes --dry-run: print the gcloud commands (shell-quoted, one a line) instead of running them.
-Arguments after `--` reach `python -m docent_jax.main` on every worker unchanged, whatever they contain.
+Arguments after `--` reach `python -m docent_jax.main` (or, with `run --entry sweep`, `python -m docent_jax.sweep`)
+on every worker unchanged, whatever they contain.
 Standard library only: it needs gcloud, not jax, so it runs from a laptop.
 """
 from __future__ import annotations
@@ -93,8 +94,11 @@ def preflight(args: argparse.Namespace) -> None:
     return
   # The step's one compile answers (evaluation is compiled by `compile_for_tpu` itself); a misfit adds at most two
   # compiles, which find the largest batch that fits.
+  # A sweep's own flags (--sweep, --trials, ...) are not config overrides; its trials share the config's shapes.
+  sweep = getattr(args, "entry", "main") == "sweep"
+  overrides = [flag for flag in args.overrides if not sweep or flag.startswith("--config.")]
   command = [sys.executable, "-m", "docent_jax.compile_for_tpu", f"--config={args.config}", f"--topology={target}",
-             "--noevaluations", *args.overrides]
+             "--noevaluations", *overrides]
   note(f"preflight: compiling {args.config} for {args.accelerator_type} ({target}) here")
   done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
@@ -210,18 +214,21 @@ def worker_paths(run_name: str) -> dict[str, str]:
           "log": f"{logs}/{run_name}.log", "pid": f"{logs}/{run_name}.pid"}
 
 
-def main_argv(config: str, workdir: str, overrides: list[str], resume_preempted: bool = False) -> list[str]:
+def main_argv(config: str, workdir: str, overrides: list[str], resume_preempted: bool = False,
+              entry: str = "main") -> list[str]:
   """The entry point's arguments, the same on a TPU worker as under SLURM (launch/slurm.sbatch).
 
   `resume_preempted`: the VM was recreated, so the training locks its processes left name hosts that are
   gone; the trainer takes them over (each run keeps its own lock, <workdir>/<run>/training.lock).
+  `entry`: `main` (docent_jax.main: the config's runs) or `sweep` (docent_jax.sweep: its trials one after another).
   """
   flags = ["--resume_preempted"] if resume_preempted else []
-  return ["-m", "docent_jax.main", "--multihost", *flags, f"--config={config}", f"--workdir={workdir}", *overrides]
+  return ["-m", f"docent_jax.{entry}", "--multihost", *flags, f"--config={config}", f"--workdir={workdir}",
+          *overrides]
 
 
 def worker_command(bundle_uri: str, run_name: str, config: str, workdir: str, overrides: list[str],
-                   resume_preempted: bool = False) -> str:
+                   resume_preempted: bool = False, entry: str = "main") -> str:
   """The POSIX shell command that every worker runs for `run` (and `resume`), on one line.
 
   It fetches the code bundle, installs it with the TPU build of jax in the run's venv (once per VM), and
@@ -233,7 +240,7 @@ def worker_command(bundle_uri: str, run_name: str, config: str, workdir: str, ov
   py = shlex.quote(WORKER_PYTHON)
   apt = "sudo DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=600"
   pip = f"{paths['venv']}/bin/python -m pip install --quiet"
-  start = f"{paths['venv']}/bin/python {shlex.join(main_argv(config, workdir, overrides, resume_preempted))}"
+  start = f"{paths['venv']}/bin/python {shlex.join(main_argv(config, workdir, overrides, resume_preempted, entry))}"
   return "; ".join([
       "set -eu",
       f"if [ -f {paths['pid']} ] && kill -0 \"$(cat {paths['pid']})\" 2>/dev/null; then "
@@ -311,7 +318,7 @@ def start_run(args: argparse.Namespace, shell: Shell, resume_preempted: bool = F
     note(f"bundled {build_bundle(local_bundle)} git-tracked files into {local_bundle.relative_to(REPO_ROOT)}")
   shell.run(["gcloud", "storage", "cp", str(local_bundle.relative_to(REPO_ROOT)), bundle_uri])
   shell.run(ssh(args, "all", worker_command(bundle_uri, run_name, args.config, args.workdir, args.overrides,
-                                            resume_preempted)))
+                                            resume_preempted, args.entry)))
   note("follow it: " + shlex.join(["launch/tpu.py", "logs", "--name", args.name, "--zone", args.zone, "--run-name",
                                     run_name]))
 
@@ -441,6 +448,9 @@ def parser() -> argparse.ArgumentParser:
   job.add_argument("--config", required=True, help="configs/X.py[:arg], relative to the repository")
   job.add_argument("--workdir", required=True, help="gs:// directory of the run (checkpoints, results)")
   job.add_argument("--run-name", help="names the worker's log and venv (default: the workdir's last component)")
+  job.add_argument("--entry", choices=("main", "sweep"), default="main",
+                   help="main: the config's runs (docent_jax.main); sweep: a sweep's trials one after another on "
+                   "this slice (docent_jax.sweep, one host; its --sweep flags after --)")
   job.add_argument("--staging", help="gs:// folder for the code bundle (default: gs://<workdir's bucket>/"
                    "docent_jax_staging); the bundle is a tar.gz of the files git tracks (git ls-files), as "
                    "they are in the working tree: uncommitted edits go, untracked files do not (git add them)")

@@ -1,5 +1,6 @@
 """A tiny knowledge graph in the KG-BERT layout, and a tiny BLP config over it, for trainer tests."""
 import pathlib
+import sys
 
 import ml_collections
 import numpy as np
@@ -74,3 +75,33 @@ def tiny_config(kg_dir: pathlib.Path, tfds_dir: pathlib.Path) -> ml_collections.
   config.loss.num_negatives = 8
   config.evals.validation.query_batch_size = 16  # And the test entry's: one reference.
   return config
+
+
+def main_command(kg_dir, tfds_dir, workdir, *extra):
+  """`python -m docent_jax.main` on the tiny KG (6 steps, a checkpoint every 2), with `extra` flags."""
+  config = tiny_config(kg_dir, tfds_dir)
+  overrides = [f"--config.{k}={v}" for k, v in {
+      "data.tfds_data_dir": tfds_dir, "data.max_len": config.data.max_len, "model.pretrained": "",
+      **{f"model.bert.{k}": v for k, v in config.model.bert.items()}, "model.dim": 16, "loss.num_negatives": 8,
+      "optim.learning_rate": 1e-3, "optim.warmup_steps": 2, "train.global_batch_size": 8,
+      "train.num_steps": 6, "train.checkpoint_every_steps": 2, "model.inference_batch_size": 16,
+      "evals.validation.query_batch_size": 16}.items()]
+  return [sys.executable, "-m", "docent_jax.main", f"--config=configs/blp.py:{kg_dir}", f"--workdir={workdir}",
+          *overrides, *extra]
+
+
+def signalling_main(at_batch: int, signal_number: int, module: str = "docent_jax.main") -> str:
+  """A `python -c` program: `python -m module` (argv after the program) that sends itself `signal_number` as it
+  reads training batch `at_batch` (counted over every run the process trains)."""
+  return ("import os, runpy, sys\n"
+          "from docent_jax import parallel\n"
+          "calls = []\n"
+          "original = parallel.global_batch\n"
+          "def global_batch(*args):\n"
+          "  calls.append(1)\n"
+          f"  if len(calls) == {at_batch}:\n"
+          f"    os.kill(os.getpid(), {int(signal_number)})\n"
+          "  return original(*args)\n"
+          "parallel.global_batch = global_batch\n"
+          "sys.argv = sys.argv[1:]\n"
+          f"runpy.run_module({module!r}, run_name='__main__')\n")

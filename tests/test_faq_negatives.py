@@ -117,3 +117,13 @@ def test_bad_rules_are_refused_naming_the_key(rules, message):
 def test_answers_are_the_same_up_to_case_punctuation_and_spacing():
   assert faq.normalize_answer("  Open the SETTINGS-page!\n") == "open the settings page"
   assert faq.answer_groups(["A b.", "a  B", "c"]).tolist() == [0, 0, 1]
+
+
+def test_mined_negatives_filled_at_random_keep_theirs_first_and_draw_distinct_others():
+  rng = np.random.default_rng(0)
+  relevant = np.array([0, 3, 5])
+  mined = np.array([[1], [4], [0]])
+  negatives = faq_negatives.with_random(mined, relevant, num_items=8, k=4, rng=rng)
+  assert negatives.shape == (3, 4) and (negatives[:, 0] == mined[:, 0]).all()
+  for query, row in enumerate(negatives):
+    assert len(set(row)) == 4 and relevant[query] not in row

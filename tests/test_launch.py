@@ -105,6 +105,13 @@ def test_run_uploads_once_and_starts_detached_on_every_worker(capsys):
   assert started_argv(command) == ["$HOME/docent_jax/wn18rr/venv/bin/python", *MAIN_ARGV]
 
 
+def test_a_sweep_runs_through_the_same_launcher_with_its_flags_unchanged(capsys):
+  sweep_flags = ["--sweep=optim.learning_rate=1e-5,2e-5,5e-5", "--sweep=seed=0,1"]
+  _, start = dry_run(capsys, "run", *TPU, *JOB, "--entry", "sweep", "--", *sweep_flags, *OVERRIDES)
+  assert started_argv(remote_command(start)) == [
+      "$HOME/docent_jax/wn18rr/venv/bin/python", "-m", "docent_jax.sweep", *MAIN_ARGV[2:5], *sweep_flags, *OVERRIDES]
+
+
 def test_run_checks_its_arguments(capsys):
   with pytest.raises(SystemExit, match="gs://"):
     tpu.main(["--dry-run", "run", *TPU, "--config", CONFIG, "--workdir", "runs/local"])

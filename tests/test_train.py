@@ -333,42 +333,12 @@ def test_bfloat16_matmuls_stay_close_to_float32_on_one_device_and_sharded(kg_dir
   assert cosine > 0.999, cosine
 
 
-def _main_command(kg_dir, tfds_dir, workdir, *extra):
-  config = kg_fixtures.tiny_config(kg_dir, tfds_dir)
-  overrides = [f"--config.{k}={v}" for k, v in {
-      "data.tfds_data_dir": tfds_dir, "data.max_len": config.data.max_len, "model.pretrained": "",
-      **{f"model.bert.{k}": v for k, v in config.model.bert.items()}, "model.dim": 16, "loss.num_negatives": 8,
-      "optim.learning_rate": 1e-3, "optim.warmup_steps": 2, "train.global_batch_size": 8,
-      "train.num_steps": 6, "train.checkpoint_every_steps": 2, "model.inference_batch_size": 16,
-      "evals.validation.query_batch_size": 16}.items()]
-  return [sys.executable, "-m", "docent_jax.main", f"--config=configs/blp.py:{kg_dir}", f"--workdir={workdir}",
-          *overrides, *extra]
-
-
-def _signalling_main(at_batch: int, signal_number: int) -> str:
-  """A `python -c` program: docent_jax.main (argv after the program) that sends itself `signal_number` as it
-  reads training batch `at_batch`."""
-  return ("import os, sys\n"
-          "from docent_jax import parallel\n"
-          "calls = []\n"
-          "original = parallel.global_batch\n"
-          "def global_batch(*args):\n"
-          "  calls.append(1)\n"
-          f"  if len(calls) == {at_batch}:\n"
-          f"    os.kill(os.getpid(), {int(signal_number)})\n"
-          "  return original(*args)\n"
-          "parallel.global_batch = global_batch\n"
-          "from docent_jax import main\n"
-          "sys.argv = sys.argv[1:]\n"
-          "main.run()\n")
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(kg_dir, tfds_dir, tmp_path_factory) -> pathlib.Path:
-  """The workdir of `_main_command` run to the end in one process on 2 devices; its console is console.txt beside."""
+  """The workdir of `kg_fixtures.main_command` run to the end in one process on 2 devices; its console is console.txt beside."""
   workdir = tmp_path_factory.mktemp("uninterrupted") / "run"
-  run = subprocess.run(_main_command(kg_dir, tfds_dir, workdir), cwd=REPO_ROOT, env=tiny_training.subprocess_env(2),
-                       check=True, capture_output=True, text=True)
+  run = subprocess.run(kg_fixtures.main_command(kg_dir, tfds_dir, workdir), cwd=REPO_ROOT,
+                       env=tiny_training.subprocess_env(2), check=True, capture_output=True, text=True)
   (workdir.parent / "console.txt").write_text(run.stderr)
   return workdir
 
@@ -384,7 +354,7 @@ def _main_argv_of_launcher_resume(kg_dir, tfds_dir, workdir) -> list[str]:
   spec = importlib.util.spec_from_file_location("tpu_launcher", REPO_ROOT / "launch" / "tpu.py")
   launcher = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(launcher)
-  command = _main_command(kg_dir, tfds_dir, workdir)
+  command = kg_fixtures.main_command(kg_dir, tfds_dir, workdir)
   config, overrides = command[3].split("=", 1)[1], command[5:]
   argv = launcher.main_argv(config, str(workdir), overrides, resume_preempted=True)
   return [sys.executable, *[a for a in argv if a != "--multihost"]]
@@ -394,9 +364,9 @@ def test_a_run_stopped_by_sigterm_then_killed_resumes_through_the_launcher_to_th
     kg_dir, tfds_dir, uninterrupted, tmp_path):
   # SIGTERM (a Spot VM's notice) during step 3, which is not on the every-2-steps checkpoint schedule.
   stopped = tmp_path / "stopped"
-  command = _main_command(kg_dir, tfds_dir, stopped)
-  run = subprocess.run([sys.executable, "-c", _signalling_main(3, signal.SIGTERM), *command[2:]], cwd=REPO_ROOT,
-                       env=tiny_training.subprocess_env(2), capture_output=True, text=True)
+  command = kg_fixtures.main_command(kg_dir, tfds_dir, stopped)
+  run = subprocess.run([sys.executable, "-c", kg_fixtures.signalling_main(3, signal.SIGTERM), *command[2:]],
+                       cwd=REPO_ROOT, env=tiny_training.subprocess_env(2), capture_output=True, text=True)
   assert run.returncode == 143, run.stderr[-3000:]
   assert "blp_transe: stopped by SIGTERM at step 3 of 6; its checkpoint is saved in" in run.stderr
   assert "Run the same command again to resume." in run.stderr.splitlines()[-1]
@@ -404,8 +374,8 @@ def test_a_run_stopped_by_sigterm_then_killed_resumes_through_the_launcher_to_th
   assert max(int(p.name) for p in checkpoints_dir.iterdir() if p.name.isdigit()) == 3
   # Resumed, then SIGKILL right after step 5 starts (the second batch after step 3): step 4's checkpoint may still
   # be in flight.
-  run = subprocess.run([sys.executable, "-c", _signalling_main(2, signal.SIGKILL), *command[2:]], cwd=REPO_ROOT,
-                       env=tiny_training.subprocess_env(2), capture_output=True)
+  run = subprocess.run([sys.executable, "-c", kg_fixtures.signalling_main(2, signal.SIGKILL), *command[2:]],
+                       cwd=REPO_ROOT, env=tiny_training.subprocess_env(2), capture_output=True)
   assert run.returncode == -signal.SIGKILL, run.stderr.decode()[-2000:]
   assert not (stopped / "results.json").exists()
   # The VM went away before its processes released their locks; the recreated VM has other host names.
@@ -435,7 +405,7 @@ def test_sigterm_during_the_final_evaluation_ends_with_one_line_and_keeps_every_
             "trainers.Trainer.report = stopped\n"
             "sys.argv = sys.argv[1:]\n"
             "main.run()\n")
-  command = _main_command(kg_dir, tfds_dir, workdir, "--mode=evaluate")
+  command = kg_fixtures.main_command(kg_dir, tfds_dir, workdir, "--mode=evaluate")
   run = subprocess.run([sys.executable, "-c", script, *command[2:]], cwd=REPO_ROOT,
                        env=tiny_training.subprocess_env(2), capture_output=True, text=True)
   assert run.returncode == 143, run.stderr[-3000:]
@@ -450,7 +420,7 @@ def test_sigterm_during_the_final_evaluation_ends_with_one_line_and_keeps_every_
 def test_two_processes_match_one_process(kg_dir, tfds_dir, uninterrupted, tmp_path):
   multi = tmp_path / "multi"
   address = f"127.0.0.1:{tiny_training.free_port()}"
-  processes = [subprocess.Popen(_main_command(kg_dir, tfds_dir, multi, f"--coordinator_address={address}",
+  processes = [subprocess.Popen(kg_fixtures.main_command(kg_dir, tfds_dir, multi, f"--coordinator_address={address}",
                                               "--num_processes=2", f"--process_id={i}"),
                                 cwd=REPO_ROOT, env=tiny_training.subprocess_env(1), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT)
@@ -468,10 +438,10 @@ def test_sigterm_in_a_multi_process_job_saves_one_agreed_step_and_every_process_
   # Each process gets SIGTERM (as every host of a preempted slice does) during its step 3; JAX's preemption
   # service makes them agree on the step to save, and each then exits saying so.
   stopped = tmp_path / "multi"
-  script = _signalling_main(3, signal.SIGTERM)
+  script = kg_fixtures.signalling_main(3, signal.SIGTERM)
   address = f"127.0.0.1:{tiny_training.free_port()}"
   # Steps to spare: the service sets the step to save a little after the notice, once every process has heard.
-  command = [*_main_command(kg_dir, tfds_dir, stopped), "--config.train.num_steps=60"]
+  command = [*kg_fixtures.main_command(kg_dir, tfds_dir, stopped), "--config.train.num_steps=60"]
   processes = [subprocess.Popen([sys.executable, "-c", script, *command[2:], f"--coordinator_address={address}",
                                  "--num_processes=2", f"--process_id={i}"],
                                 cwd=REPO_ROOT, env=tiny_training.subprocess_env(1), stdout=subprocess.PIPE,

@@ -104,4 +104,7 @@ def tiny_faq_config(faq_dir: pathlib.Path, tfds_dir: pathlib.Path) -> ml_collect
                                 checkpoint_every_steps=2)
   config.baselines = {"faq_zero_shot": config.baselines.faq_zero_shot}
   config.num_seeds = 2
+  # The retrieved negatives' run, without the choice among negatives on validation (tests/test_selection.py).
+  del config["selection"]
+  config.name = "faq_retrieved"
   return config

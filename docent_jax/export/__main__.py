@@ -37,7 +37,7 @@ def export_run(run_path: str, output: str, format: str = "sentence-transformers"
   latest = run.latest_step()
   if latest is None:
     raise writer.ExportError(f"{run}: holds no checkpoint; nothing to export.")
-  if latest < config.train.num_steps and not allow_unfinished:
+  if latest < run.final_step(config.train.num_steps) and not allow_unfinished:
     raise writer.ExportError(f"{run}: an unfinished run (step {latest} of {config.train.num_steps}); finish it, or "
                              "pass --allow_unfinished to export the params it has.")
   target = writer.save_pretrained(inference_model.load(run), output, format=format, overwrite=overwrite)

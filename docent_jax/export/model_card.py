@@ -89,6 +89,7 @@ def model_card(model: Any, kind: str, dim: int | None, notes: list[str]) -> str:
            f"- Base model: {base} (licence: {licence}).",
            f"- Trained on: {dataset or 'the config below'}; step {model.step} of {config.train.num_steps}"
            f"{' (the best kept by ' + config.train.best_metric + ')' if _kept_best(run) else ''}.",
+           *_early_stop_line(run),
            *(f"- {note}" for note in notes)]
   if dim:
     lines.append(f"- Vectors: {dim} dimensions; texts longer than {config.data.max_len} tokens are truncated.")
@@ -106,6 +107,11 @@ def model_card(model: Any, kind: str, dim: int | None, notes: list[str]) -> str:
             json.dumps(json.loads(config.to_json_best_effort()), indent=2, sort_keys=True), "```", "", "</details>",
             ""]
   return "\n".join(lines)
+
+
+def _early_stop_line(run: run_dirs.RunDir | None) -> list[str]:
+  stopped = None if run is None else run.early_stop()
+  return [f"- Stopped early at step {stopped['step']}: {stopped['reason']}."] if stopped else []
 
 
 def _kept_best(run: run_dirs.RunDir | None) -> bool:

@@ -41,7 +41,7 @@ def load(path: str | epath.PathLike | run_dirs.RunDir, mesh: Mesh | None = None)
   params, step = run.restore_reported_params()
   num_steps = config.train.num_steps
   latest = run.latest_step()
-  if latest is not None and latest < num_steps:
+  if latest is not None and latest < run.final_step(num_steps):
     logging.warning("%s is an unfinished run: step %d of %d. Its model is not the one its config trains.", run,
                     latest, num_steps)
   logging.info("Loaded %s (%s, step %d of %d).", run, config.objective, step, num_steps)

@@ -105,3 +105,15 @@ def random_negatives(num_items: int, relevant: np.ndarray, k: int, rng: np.rando
   # item skipped.
   draws = np.argsort(rng.random((len(relevant), num_items - 1)), axis=1)[:, :k]
   return draws + (draws >= relevant[:, None])
+
+
+def with_random(negatives: np.ndarray, relevant: np.ndarray, num_items: int, k: int,
+                rng: np.random.Generator) -> np.ndarray:
+  """int64 [Q, k]: each query's `negatives` (e.g. its top mined ones), then distinct items drawn at random among the
+  rest (not its relevant item, not one already taken) up to k."""
+  relevant = _check_relevant(relevant, num_items, k)
+  filled = np.empty((len(relevant), k), np.int64)
+  for query, taken in enumerate(np.asarray(negatives, np.int64)):
+    pool = np.setdiff1d(np.arange(num_items), [relevant[query], *taken])
+    filled[query] = np.concatenate([taken, rng.choice(pool, k - len(taken), replace=False)])
+  return filled

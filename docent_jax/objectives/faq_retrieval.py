@@ -5,7 +5,8 @@ by the scaled cosine of mean-pooled encoder vectors; the loss is the cross-entro
 among them. The negatives of a query are fixed before training: `loss.negatives = 'retrieved'` takes the
 questions the pretrained encoder (`model.pretrained`, as shipped) ranks highest besides the right one,
 Li & Zhao's retrieval-based negatives, less those that `loss.mining`'s rules drop as likely false negatives
-(`faq_negatives.mine`: an item with the right one's answer, a rank window, a margin to the right one's score);
+(`faq_negatives.mine`: an item with the right one's answer, a rank window, a margin to the right one's score),
+its first `loss.num_retrieved` only where that is set (the rest drawn at random);
 'random' draws them uniformly with the run's seed. The encoder
 starts from the pretrained one, or from another run's (`model_init`: e.g. the multi-task model, or an NLI-only
 one, the paper's best recipe: NLI fine-tuning, then FAQ, with XLNet; with BERT, NLI first hurt).
@@ -44,6 +45,9 @@ class FaqRetrievalObjective(base.MeanPooledBertObjective):
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh, inputs: Any = None):
     if config.loss.negatives not in NEGATIVES:
       raise ValueError(f"config.loss.negatives = {config.loss.negatives!r}; valid: {list(NEGATIVES)}.")
+    if config.loss.get("num_retrieved", 0) > config.loss.num_negatives:
+      raise ValueError(f"config.loss.num_retrieved = {config.loss.num_retrieved}: at most loss.num_negatives "
+                       f"({config.loss.num_negatives}).")
     super().__init__(config, mesh, inputs)
     self.tokenizer = pretrained.load_tokenizer(config.model.tokenizer)
     self.bert_config = pretrained.model_bert_config(config.model, len(self.tokenizer))
@@ -119,11 +123,14 @@ class FaqRetrievalObjective(base.MeanPooledBertObjective):
         scores = search.cosine_scores(self.retriever_vectors(self.query_tokens["train"]),
                                       self.retriever_vectors(self.question_tokens))
         rules = self.mining_rules()
-        self._negatives, counts = faq_negatives.mine(scores, relevant, self.faq.answers, k, rules, rng)
+        retrieved = self.config.loss.get("num_retrieved", 0) or k
+        self._negatives, counts = faq_negatives.mine(scores, relevant, self.faq.answers, retrieved, rules, rng)
         logging.info("%s: %d retrieved negatives for each of %d training queries (%s); candidates dropped: %s; "
-                     "%d negatives of %d queries drawn at random, too few passing.", self.faq.name, k, len(relevant),
-                     rules, ", ".join(f"{rule} {counts[rule]}" for rule in faq_negatives.RULES),
+                     "%d negatives of %d queries drawn at random, too few passing.", self.faq.name, retrieved,
+                     len(relevant), rules, ", ".join(f"{rule} {counts[rule]}" for rule in faq_negatives.RULES),
                      counts["filled_at_random"], counts["queries_filled"])
+        if retrieved < k:  # The rest drawn at random (`loss.num_retrieved`).
+          self._negatives = faq_negatives.with_random(self._negatives, relevant, len(self.faq.questions), k, rng)
     return self._negatives
 
   def train_batches(self, seed: int) -> Any:
