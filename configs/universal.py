@@ -12,7 +12,7 @@ import ml_collections
 
 from configs import common
 
-VARIANTS = ("multitask", "faq", "faq_mining")
+VARIANTS = ("multitask", "faq", "faq_retrieved", "faq_mining")
 # Fine-tuned FAQ models run with this many seeds (the paper reports mean and standard deviation).
 FAQ_SEEDS = 5
 SELECTION_SEEDS = 3  # Per candidate negatives of the FAQ recipe, on its validation fifth.
@@ -24,6 +24,8 @@ def get_config(arg: str = "multitask") -> ml_collections.ConfigDict:
     raise ValueError(f"Unknown universal variant {variant!r}; valid: {list(VARIANTS)}.")
   if variant == "faq":
     return faq_config(faq_source or "stackfaq")
+  if variant == "faq_retrieved":
+    return faq_retrieved_config(faq_source or "stackfaq")
   if variant == "faq_mining":
     return faq_mining_config(faq_source or "stackfaq")
   config = ml_collections.ConfigDict()
@@ -131,6 +133,15 @@ def faq_config(source: str) -> ml_collections.ConfigDict:
   return config
 
 
+def faq_retrieved_config(source: str) -> ml_collections.ConfigDict:
+  """`faq_config` with retrieved negatives and no choice on validation (`faq_retrieved`): the recipe before it
+  chose its negatives, whose runs docs/universal.md reports."""
+  config = faq_config(source)
+  del config["selection"]
+  config.name = "faq_retrieved"
+  return config
+
+
 # The mining rules compared by `faq_mining` (besides the defaults of `faq_config`), as `loss.mining` overrides.
 MINING_VARIANTS = {
     "faq_mined_plain": dict(exclude_same_answer=False),  # The plain top k, the paper's retrieval negatives.
@@ -144,8 +155,7 @@ def faq_mining_config(source: str) -> ml_collections.ConfigDict:
   """How `loss.mining`'s defaults were chosen: `faq_config`'s runs, trained on the training queries less a held-out
   fifth (`data.validation_query_fraction`) and scored on that fifth only, with its default rules ('faq_mined'), with each
   of `MINING_VARIANTS` and with random negatives, each over `MINING_SEEDS` seeds; no test query is read."""
-  config = faq_config(source)
-  del config["selection"]  # This config is the comparison itself.
+  config = faq_retrieved_config(source)
   config.name = "faq_mined"
   config.num_seeds = MINING_SEEDS
   config.data.validation_query_fraction = 0.2

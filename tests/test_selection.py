@@ -41,7 +41,9 @@ def test_the_faq_recipe_lists_its_candidates_and_validates_on_a_held_out_fifth()
   assert list(config.selection.preference) == ORDER and sorted(config.selection.candidates) == sorted(ORDER)
   assert config.selection.validation.data.validation_query_fraction == 0.2
   assert config.selection.metric == "validation/top1" and config.selection.num_seeds >= 3
-  assert "selection" not in universal.get_config("faq_mining")
+  for variant in ("faq_mining", "faq_retrieved"):  # The comparison itself, and the recipe before it chose.
+    assert "selection" not in universal.get_config(variant)
+  assert universal.get_config("faq_retrieved").name == "faq_retrieved"
 
 
 def test_a_tiny_recipe_trains_its_candidates_on_validation_then_the_chosen_one(tmp_path):

@@ -100,11 +100,8 @@ def write_faq(directory: pathlib.Path) -> pathlib.Path:
 
 def tiny_faq_config(faq_dir: pathlib.Path, tfds_dir: pathlib.Path) -> ml_collections.ConfigDict:
   """FAQ fine-tuning of a small, freshly initialised BERT: two seeds, beside the zero-shot encoder."""
-  config = tiny_training.shrink(universal.get_config(f"faq,{faq_dir}"), tfds_dir, max_len=16, num_steps=4,
+  config = tiny_training.shrink(universal.get_config(f"faq_retrieved,{faq_dir}"), tfds_dir, max_len=16, num_steps=4,
                                 checkpoint_every_steps=2)
   config.baselines = {"faq_zero_shot": config.baselines.faq_zero_shot}
   config.num_seeds = 2
-  # The retrieved negatives' run, without the choice among negatives on validation (tests/test_selection.py).
-  del config["selection"]
-  config.name = "faq_retrieved"
   return config
