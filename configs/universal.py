@@ -120,8 +120,8 @@ def faq_config(source: str) -> ml_collections.ConfigDict:
 
   # The negatives are chosen on validation (`docent_jax/sweep/selection.py`): each candidate trains on the training
   # queries less a held-out fifth over SELECTION_SEEDS seeds, scored on that fifth; the best mean wins, or, among
-  # candidates level with it (within the larger standard deviation), the first listed: the paper's retrieved
-  # negatives, then random ones, then the mining variants. No candidate wins on every FAQ set.
+  # candidates level with it (within two standard errors of the difference), the first in `preference`: the
+  # paper's retrieved negatives, then random ones, then the mixes. No candidate wins on every FAQ set.
   config.selection = ml_collections.ConfigDict(dict(
       metric="validation/top1", mode="max", num_seeds=SELECTION_SEEDS,
       validation=dict(data=dict(validation_query_fraction=0.2),

@@ -8,12 +8,14 @@ over several seeds, then trains the chosen one (FAQ retrieval's negatives, `conf
 
 The candidates train as a grid sweep in `WORKDIR/selection/` (a trial per candidate and seed, the study's journal:
 a killed selection goes on) of the config with `validation` applied, one seed a trial, without baselines. The
-chosen candidate has the best mean; where others are level with it (means closer than the larger of the two
-standard deviations), the first of those in `preference` (every candidate's name, the preferred first). Then the config
+chosen candidate has the best mean; where others are level with it (means closer than two standard errors of their
+difference over the seeds), the first of those in `preference` (every candidate's name, the preferred first), so
+that a lead the seeds' spread can explain does not decide. Then the config
 with the chosen candidate's overrides trains and evaluates as any config does; results.json gets every candidate's
 validation mean and std (`<model>/selection/<candidate>/<metric>`), and `WORKDIR/selection.json` the choice and why.
 """
 import json
+import math
 from typing import Any, Sequence
 
 from absl import logging
@@ -31,6 +33,11 @@ CHOICE_FILE = "selection.json"
 CANDIDATE_AXIS = "candidate"
 
 
+def _noise(a: dict[str, Any], b: dict[str, Any]) -> float:
+  """Two standard errors of the difference of two settings' means over their seeds: a lead within it is level."""
+  return 2 * math.sqrt(a["std"] ** 2 / a["count"] + b["std"] ** 2 / b["count"])
+
+
 def choose(summary: dict[str, Any], order: Sequence[str]) -> dict[str, Any]:
   """The candidate a selection's `summary` (`study.summarize`, settings best first) picks, and why."""
   settings = [setting for setting in summary["settings"] if setting["mean"] is not None]
@@ -38,7 +45,7 @@ def choose(summary: dict[str, Any], order: Sequence[str]) -> dict[str, Any]:
     raise RuntimeError(f"The selection has no finished candidate to choose ({summary['metric']}).")
   best = settings[0]
   name = lambda setting: setting["params"][CANDIDATE_AXIS]
-  level = [s for s in settings if abs(s["mean"] - best["mean"]) <= max(s["std"], best["std"])]
+  level = [s for s in settings if abs(s["mean"] - best["mean"]) <= _noise(s, best)]
   chosen = min(level, key=lambda setting: order.index(name(setting)))
   others = [setting for setting in settings if setting is not chosen]
   choice = {"chosen": name(chosen), "metric": summary["metric"], "mode": summary["mode"],
@@ -74,7 +81,8 @@ def select(config: ml_collections.ConfigDict, workdir: epath.PathLike) -> dict[s
   choice = choose(summary, list(candidates))
   outputs.write_atomically(workdir / CHOICE_FILE, json.dumps(choice, indent=1))
   if len(choice["level_with_the_best"]) > 1:
-    why = f"level with {', '.join(choice['level_with_the_best'][1:])}; listed first"
+    others = [name for name in choice["level_with_the_best"] if name != choice["chosen"]]
+    why = f"level with {', '.join(others)} (within two standard errors), and preferred"
   else:
     why = f"{choice.get('chosen_minus_next', 0.0):+.4f} over {choice.get('next', 'no other')}"
   logging.info("%s: chose %s by %s (%s): %s.", config.name, choice["chosen"], selection.metric,
