@@ -19,6 +19,7 @@ import jax
 import ml_collections
 
 from docent_jax import cpu_flags
+from docent_jax import early_stopping
 from docent_jax import parallel
 from docent_jax import writers
 
@@ -144,17 +145,17 @@ def check_config(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, row
       writers.check(config.writers)
     except ValueError as error:
       raise ConfigError(str(error)) from None
-  stopping = train.get("early_stopping")
-  if stopping is not None and stopping.patience:
-    if not (stopping.metric or train.best_metric):
+  stopping = early_stopping.from_config(train)  # Its metric and mode with their defaults filled in.
+  if stopping is not None:
+    if not stopping.metric:
       raise ConfigError("config.train.early_stopping.metric: empty, and so is config.train.best_metric; name the "
                         "metric to watch (e.g. 'validation/loss').")
-    if (stopping.mode or train.best_mode) not in ("max", "min"):
-      raise ConfigError(f"config.train.early_stopping.mode = {stopping.mode!r}: must be 'max', 'min' or '' (that of "
-                        "train.best_mode).")
+    if stopping.mode not in ("max", "min"):
+      raise ConfigError(f"config.train.early_stopping.mode = {train.early_stopping.mode!r}: must be 'max', 'min' or "
+                        "'' (that of train.best_mode).")
     if train.num_steps > 0 and not any(entry.get("every_steps", 0) for entry in config.get("evals", {}).values()):
       raise ConfigError("config.train.early_stopping: no evaluator runs during training to report "
-                        f"{stopping.metric or train.best_metric!r}; give its entry in config.evals every_steps > 0.")
+                        f"{stopping.metric!r}; give its entry in config.evals every_steps > 0.")
   batch_sizes = [("train.global_batch_size", train.global_batch_size, rows_per_example)]
   if "inference_batch_size" in config.model:
     batch_sizes.append(("model.inference_batch_size", config.model.inference_batch_size, 1))

@@ -139,8 +139,9 @@ def _run_trial(study: optuna.Study, trial: optuna.Trial, config: ml_collections.
                workdir: epath.Path, metric: str, run_name: str, take_over_other_hosts: bool) -> None:
   """Trains and evaluates one trial (resuming its directory), reporting `metric` of `run_name` to Optuna."""
   params = {axis.key: axis.suggest(trial) for axis in axes}
-  trial_dir = workdir / TRIALS_DIR / f"{trial.number:03d}"
-  trial.set_user_attr("workdir", f"{TRIALS_DIR}/{trial.number:03d}")  # In the sweep's workdir, wherever it moves.
+  relative = f"{TRIALS_DIR}/{trial.number:03d}"
+  trial.set_user_attr("workdir", relative)  # In the sweep's workdir, wherever that moves.
+  trial_dir = workdir / relative
   logging.info("Sweep trial %d: %s.", trial.number, ", ".join(f"{k}={v}" for k, v in params.items()))
 
   def report(name: str, step: int, metrics: dict[str, float]) -> None:
